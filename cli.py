@@ -1,0 +1,317 @@
+"""The command line (DESIGN.md §7): argument parsing, and the only place that maps errors to exit codes.
+
+Exit codes: 0 done; 1 internal error (a bug); 2 invalid usage or input; 3 a model is unavailable; 4 cancelled.
+Errors print one line (`error: …`) to stderr, with the traceback only under `--debug`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from engine import consent
+from engine.errors import ConsentRequired, FacestudioError, InvalidJob
+from engine.job import Job, Preset, RuntimeSettings, apply_overrides, load_preset_raw, preset_schema
+from engine.models import fetch
+from engine.models.manifest import Manifest
+from engine.models.runtime import Runtime
+from engine.progress import for_terminal
+from processors import REGISTRY, build_chain
+
+log = logging.getLogger("facestudio")
+
+ROOT = Path(__file__).resolve().parent
+DEMO_DIR = ROOT / "outputs" / "demo"
+
+
+class UsageError(FacestudioError):
+    exit_code = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises (one line, exit 2) instead of printing usage and exiting itself."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `python {self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="launch.py", description="facestudio: face swap and enhancement studio")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="process a target image or video")
+    run.add_argument("--target", type=Path, help="image or video to process")
+    run.add_argument("--output", type=Path, help="where to write the result (same kind as the target)")
+    run.add_argument("--source", type=Path, action="append", default=[], help="source face image (repeatable)")
+    run.add_argument("--processors", nargs="+", metavar="ID", help=f"chain, in order: {', '.join(REGISTRY)}")
+    run.add_argument("--preset", help="preset name (presets/NAME.toml) or TOML file; default: 'default'")
+    run.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE", help="override one setting")
+    run.add_argument("--backend", choices=["auto", "onnx", "torch"])
+    run.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    run.add_argument("--offline", action="store_true", help="never download models")
+    run.add_argument("--job", type=Path, help="replay a job sidecar (<output>.job.json)")
+    run.add_argument("--demo", action="store_true", help="make a demo clip from a bundled photo and process it")
+    run.add_argument("--yes", action="store_true", help="acknowledge the responsible-use notice for this run")
+    run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    models = sub.add_parser("models", help="list, fetch and verify model files")
+    msub = models.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    mlist = msub.add_parser("list", help="every model with its licence and availability")
+    mlist.add_argument("--json", action="store_true")
+    mfetch = msub.add_parser("fetch", help="download model files (licence shown first)")
+    mfetch.add_argument("ids", nargs="*", metavar="ID")
+    mfetch.add_argument("--preset", help="fetch what a preset's processors need")
+    mverify = msub.add_parser("verify", help="check the sha256 of every present model file")
+    mverify.add_argument("ids", nargs="*", metavar="ID")
+
+    presets = sub.add_parser("presets", help="list, check and describe presets")
+    psub = presets.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    psub.add_parser("list", help="built-in presets")
+    pcheck = psub.add_parser("check", help="validate preset files (default: all built-in ones)")
+    pcheck.add_argument("files", nargs="*", type=Path)
+    psub.add_parser("schema", help="JSON Schema of a preset")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        args = build_parser().parse_args(argv)
+        handler = {"run": cmd_run, "models": cmd_models, "presets": cmd_presets}[args.command]
+        return handler(args)
+    except FacestudioError as exc:
+        if debug:
+            log.exception("failed")
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: cancelled", file=sys.stderr)
+        return 4
+    except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug
+        if debug:
+            log.exception("internal error")
+        print(f"error: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+# -- run ------------------------------------------------------------------------------------------------------
+def require_consent(yes: bool) -> None:
+    """Stop unless the notice was acknowledged: before on this machine, by --yes/env, or now at a prompt."""
+    if yes or consent.accepted_by_env() or consent.is_acknowledged():
+        return
+    if not sys.stdin.isatty():
+        raise ConsentRequired(
+            "acknowledge the responsible-use notice first: rerun with --yes, set FACESTUDIO_ACCEPT=1, "
+            "or run once in a terminal and answer the prompt"
+        )
+    print(consent.NOTICE, file=sys.stderr)
+    answer = input("Type 'yes' to acknowledge and continue: ").strip().lower()
+    if answer != "yes":
+        raise ConsentRequired("the responsible-use notice was not acknowledged; nothing was done")
+    consent.acknowledge()
+
+
+def job_from_args(args: argparse.Namespace) -> Job:
+    """Build the Job exactly as documented: preset (or --job sidecar), then --processors, --set, flags, paths."""
+    if args.job is not None:
+        from engine.pipeline import load_sidecar_job
+
+        raw: dict[str, Any] = load_sidecar_job(args.job)
+    else:
+        raw = load_preset_raw(args.preset or "default")
+    if args.processors:
+        raw["processors"] = list(args.processors)
+    raw = apply_overrides(raw, args.set, REGISTRY)
+    runtime = dict(raw.get("runtime", {}))
+    if args.backend:
+        runtime["backend"] = args.backend
+    if args.device:
+        runtime["device"] = args.device
+    if args.offline:
+        runtime["offline"] = True
+    raw["runtime"] = runtime
+    for key, value in (("target", args.target), ("output", args.output)):
+        if value is not None:
+            raw[key] = str(value)
+    if args.source:
+        raw["sources"] = [str(p) for p in args.source]
+    return Job.parse(raw, REGISTRY)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from engine import pipeline
+
+    if args.demo:
+        if args.target or args.job:
+            raise UsageError("--demo makes its own target; drop --target/--job")
+        from engine import demo
+
+        DEMO_DIR.mkdir(parents=True, exist_ok=True)
+        args.target = demo.make_clip(DEMO_DIR / "astronaut.mp4")
+        args.output = args.output or DEMO_DIR / "astronaut_out.mp4"
+    job = job_from_args(args)
+    require_consent(args.yes)
+    runtime = Runtime(job.runtime, progress_factory=_download_progress)
+    progress = for_terminal()
+    progress.stage("load models", None, unit="model")
+    chain = build_chain(job, runtime)
+    report = pipeline.run(job, chain, runtime, progress)
+    w0, h0 = report.input_size
+    w1, h1 = report.output_size
+    audio = "audio kept" if report.audio else "no audio"
+    print(
+        f"done: {report.frames} frame{'s' if report.frames != 1 else ''} {w0}×{h0} → {w1}×{h1} in "
+        f"{report.seconds:.1f} s ({report.fps:.2f} fps), {', '.join(job.processors)} on {report.providers()}, "
+        f"{audio} → {report.output} (+ {report.sidecar.name})"
+    )
+    return 0
+
+
+def _download_progress(item: fetch.Downloadable):  # -> callback or None
+    from tqdm import tqdm
+
+    if not sys.stderr.isatty():
+        return None
+    bar = tqdm(total=item.size, desc=item.filename, unit="B", unit_scale=True, file=sys.stderr)
+
+    def update(done: int, total: int | None) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+        if total is not None and done >= total:
+            bar.close()
+
+    return update
+
+
+# -- models ---------------------------------------------------------------------------------------------------
+def cmd_models(args: argparse.Namespace) -> int:
+    manifest = Manifest.load()
+    runtime = Runtime(RuntimeSettings(), manifest=manifest, progress_factory=_download_progress)
+    if args.action == "list":
+        return _models_list(manifest, runtime, args.json)
+    ids = list(args.ids)
+    if getattr(args, "preset", None):
+        preset = Preset.parse(load_preset_raw(args.preset), REGISTRY)
+        ids += [getattr(preset.options[p], "model") for p in preset.processors if hasattr(preset.options[p], "model")]
+    for model_id in ids:
+        manifest.get(model_id)
+    if args.action == "verify":
+        return _models_verify(manifest, runtime, ids or list(manifest.models))
+    if not ids:
+        raise UsageError("name the models to fetch (see `python launch.py models list`) or give --preset")
+    return _models_fetch(manifest, runtime, ids)
+
+
+def _file_status(runtime: Runtime, file) -> str:  # -> "embedded" | "present" | "missing" | "mismatch"
+    if file.embedded:
+        return "embedded" if file.package_dir() is not None else "missing"
+    return fetch.verify(file, runtime.folders.models).replace("ok", "present")
+
+
+def _models_list(manifest: Manifest, runtime: Runtime, as_json: bool) -> int:
+    rows = []
+    for spec in manifest.models.values():
+        files = [
+            {
+                "file": f.filename,
+                "format": f.format,
+                "status": _file_status(runtime, f),
+                "size": (f.size or 0) + (f.bin_size or 0),
+                "url": f.url,
+                "sha256": f.sha256,
+            }
+            for f in spec.files
+        ]
+        available = any(f["status"] in {"embedded", "present"} for f in files)
+        rows.append(
+            {
+                "id": spec.id,
+                "task": spec.task,
+                "title": spec.title,
+                "licence": spec.licence,
+                "commercial_use": spec.commercial_use,
+                "available": available,
+                "files": files,
+            }
+        )
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"models folder: {runtime.folders.models}")
+    for row in rows:
+        use = "" if row["commercial_use"] else ", non-commercial"
+        print(f"{row['id']:<30} {row['task']:<15} {row['licence']}{use} — {row['title']}")
+        for f in row["files"]:
+            print(f"    {f['status']:<9} {f['format']:<5} {f['file']} ({f['size'] / 1e6:.1f} MB)")
+    return 0
+
+
+def _models_verify(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
+    bad = 0
+    for model_id in ids:
+        for f in manifest.get(model_id).files:
+            if f.embedded:
+                try:
+                    status = "ok" if runtime.is_present(f) else "missing"
+                except FacestudioError:
+                    status = "mismatch"
+            else:
+                status = fetch.verify(f, runtime.folders.models)
+            bad += status == "mismatch"
+            print(f"{status:<9} {model_id:<30} {runtime.local_path(f)}")
+    if bad:
+        print(f"error: {bad} file(s) do not match their sha256; delete or replace them", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _models_fetch(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
+    items = []
+    for model_id in ids:
+        spec = manifest.get(model_id)
+        # The licence is shown before any byte is downloaded.
+        print(f"licence: {spec.licence_line()}", file=sys.stderr)
+        downloadable = [f for f in spec.files if not f.embedded]
+        if not downloadable:
+            print(f"{model_id}: embedded in an installed package, nothing to download", file=sys.stderr)
+        items += downloadable
+    paths = fetch.ensure(items, runtime.folders.models, offline=False, progress_factory=_download_progress)
+    for path in paths:
+        print(f"ok {path}")
+    return 0
+
+
+# -- presets --------------------------------------------------------------------------------------------------
+def cmd_presets(args: argparse.Namespace) -> int:
+    from engine.job import PRESETS_DIR
+
+    if args.action == "schema":
+        print(json.dumps(preset_schema(REGISTRY), indent=2))
+        return 0
+    if args.action == "list":
+        for path in sorted(PRESETS_DIR.glob("*.toml")):
+            preset = Preset.parse(load_preset_raw(path), REGISTRY)
+            print(f"{path.stem:<20} {' → '.join(preset.processors)}")
+        return 0
+    files = args.files or sorted(PRESETS_DIR.glob("*.toml"))
+    failed = 0
+    for path in files:
+        try:
+            Preset.parse(load_preset_raw(path), REGISTRY)
+            print(f"ok       {path}")
+        except InvalidJob as exc:
+            failed += 1
+            print(f"invalid  {path}: {exc}")
+    return 2 if failed else 0

@@ -1,0 +1,1 @@
+"""facestudio engine: everything processors stand on. Never imports processors/ or webui/."""

@@ -1,0 +1,116 @@
+"""PyTorch sessions: modules built by spandrel from a state dict, run under `inference_mode`, fp16 on CUDA.
+
+Weights are only ever read with `torch.load(..., weights_only=True)` or from safetensors: never arbitrary
+pickles (DESIGN.md §11).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from engine.backends import Device
+from engine.errors import BackendUnavailable, InvalidInput
+
+log = logging.getLogger(__name__)
+
+StateDict = dict[str, torch.Tensor]
+
+
+def load_state_dict(path: Path) -> StateDict:
+    """Read a `.pth` (weights only) or `.safetensors` file and unwrap `params_ema` / `params` if present."""
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            raw: dict = load_file(str(path), device="cpu")
+        else:
+            raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError … for bad files.
+        raise InvalidInput(f"cannot read weights {path}: {exc}".splitlines()[0]) from exc
+    for key in ("params_ema", "params", "state_dict"):
+        if isinstance(raw.get(key), dict):
+            raw = raw[key]
+            break
+    return {k: v for k, v in raw.items() if isinstance(v, torch.Tensor)}
+
+
+def state_dict_from_numpy(arrays: Mapping[str, npt.NDArray[np.float32]]) -> StateDict:
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+
+
+def build_module(state_dict: StateDict, arch: str, scale: int) -> torch.nn.Module:
+    """Build the architecture spandrel detects for `state_dict`, checking it is `arch` at `scale`."""
+    from spandrel import ModelLoader, UnsupportedModelError
+
+    try:
+        descriptor = ModelLoader().load_from_state_dict(state_dict)
+    except UnsupportedModelError as exc:
+        raise InvalidInput(f"the weights do not match any known architecture (expected {arch})") from exc
+    if descriptor.scale != scale:
+        raise InvalidInput(f"the weights are a ×{descriptor.scale} model, the manifest says ×{scale}")
+    module = descriptor.model
+    if type(module).__name__ != arch:
+        raise InvalidInput(f"the weights are a {type(module).__name__}, the manifest says {arch}")
+    return module.eval()
+
+
+def resolve_device(device: Device) -> torch.device:
+    if device.kind == "cuda":
+        if torch.cuda.is_available() and device.index < torch.cuda.device_count():
+            return torch.device("cuda", device.index)
+        if device.explicit:
+            raise BackendUnavailable(
+                f"PyTorch sees no CUDA device {device.index} (torch {torch.__version__}); use --device cpu"
+            )
+        log.info("PyTorch: no CUDA device, running on the CPU")
+    return torch.device("cpu")
+
+
+class TorchSession:
+    """A PyTorch module as a `Session`: one input (the first name), one output, float32 in and out."""
+
+    backend = "torch"
+
+    def __init__(self, module: torch.nn.Module, device: Device, *, fp16: bool = False, input_name: str = "input"):
+        self.device = resolve_device(device)
+        # fp16 only pays (and is only reliably accurate) on CUDA; CPU half kernels are slow or missing.
+        self.dtype = torch.float16 if fp16 and self.device.type == "cuda" else torch.float32
+        self.module = module.to(self.device, self.dtype).eval()
+        self.provider = f"torch:{self.device}"
+        self.input_names = [input_name]
+
+    def run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
+        """Run on the float32 NCHW array under `inputs[input_name]`; returns [float32 output]."""
+        x = torch.from_numpy(np.ascontiguousarray(inputs[self.input_names[0]]))
+        with torch.inference_mode():
+            y = self.module(x.to(self.device, self.dtype))
+        return [y.float().cpu().numpy()]
+
+
+def export_onnx(module: torch.nn.Module, path: Path, *, channels: int = 3, opset: int = 17) -> None:
+    """Export an image-to-image module to ONNX with input `input` / output `output`, dynamic N, H and W.
+
+    Uses the TorchScript exporter: it handles dynamic spatial axes of these convolutional nets without
+    the extra `onnxscript` dependency that the dynamo exporter needs.
+    """
+    sample = torch.rand(1, channels, 64, 64)
+    axes = {0: "batch", 2: "height", 3: "width"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(
+            module.cpu().float().eval(),
+            (sample,),
+            str(path),
+            dynamo=False,
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_axes={"input": axes, "output": axes},
+            opset_version=opset,
+        )

@@ -1,0 +1,70 @@
+"""Typed errors. Each carries a one-line, actionable message; the CLI maps them to exit codes.
+
+The engine never exits the process: it raises one of these, and `engine/cli.py` decides the exit code.
+"""
+
+from __future__ import annotations
+
+
+class FacestudioError(Exception):
+    """Base of every foreseeable error. `exit_code` is what the CLI exits with (DESIGN.md §7)."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str) -> None:
+        # One line: a multi-line message would break the CLI's "error: …" contract.
+        super().__init__(" ".join(str(message).split()))
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class InvalidInput(FacestudioError):
+    """A file, option or argument the user gave cannot be used (exit 2)."""
+
+    exit_code = 2
+
+
+class InvalidJob(InvalidInput):
+    """A job, preset or `--set` override failed validation (exit 2)."""
+
+
+class TruncatedInput(InvalidInput):
+    """A video decoded to fewer frames than its container declares (exit 2)."""
+
+
+class NoFaceInSource(InvalidInput):
+    """No face was found in the source image(s) (exit 2)."""
+
+
+class ConsentRequired(InvalidInput):
+    """The responsible-use notice has not been acknowledged (exit 2)."""
+
+
+class ModelUnavailable(FacestudioError):
+    """A model file is missing and cannot be fetched (offline, network error) (exit 3)."""
+
+    exit_code = 3
+
+
+class ChecksumMismatch(ModelUnavailable):
+    """A downloaded or placed model file does not have the manifest's sha256 (exit 3)."""
+
+
+class BackendUnavailable(FacestudioError):
+    """The requested inference backend or device cannot be used here (exit 2: a usage problem)."""
+
+    exit_code = 2
+
+
+class Cancelled(FacestudioError):
+    """The user cancelled the job (Ctrl-C, UI cancel) (exit 4)."""
+
+    exit_code = 4
+
+
+class MediaError(FacestudioError):
+    """ffmpeg failed while decoding or encoding for a reason not caused by the input (exit 1)."""
+
+    exit_code = 1

@@ -1,0 +1,208 @@
+"""Jobs and presets: one validated, immutable description of a run, built the same way by the CLI, the UI,
+preset files and job sidecars (DESIGN.md §5).
+
+Raw form (TOML presets, `--set` overrides and sidecars all use it)::
+
+    processors = ["frame_enhancer"]
+    [frame_enhancer]          # one table per processor id, validated by that processor's Options
+    model = "realesr_animevideov3"
+    [video]                   # VideoSettings
+    [runtime]                 # RuntimeSettings
+
+A job adds `target`, `output` and `sources`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.errors import InvalidJob
+from engine.processor import FrameProcessor, ProcessorOptions
+
+Registry = Mapping[str, type[FrameProcessor]]
+
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VideoSettings(_Settings):
+    """How video output is encoded. `crf`: x264 constant rate factor (0 = lossless, 18 ≈ visually lossless)."""
+
+    encoder: Literal["libx264"] = "libx264"
+    crf: int = Field(default=18, ge=0, le=51, description="x264 quality: lower is better and bigger")
+    preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"] = (
+        "medium"
+    )
+    keep_audio: bool = Field(default=True, description="copy the target's first audio stream into the output")
+
+
+class RuntimeSettings(_Settings):
+    """Where and how models run. `batch`: frames per processor call; `threads` 0 = one per core."""
+
+    backend: Literal["auto", "onnx", "torch"] = "auto"
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda|cuda:\d+)$")
+    tensorrt: bool = Field(default=False, description="ONNX Runtime on CUDA: use TensorRT (engine cached)")
+    fp16: bool = Field(default=True, description="half precision where the device supports it (CUDA only)")
+    batch: int = Field(default=4, ge=1, le=256)
+    threads: int = Field(default=0, ge=0, le=1024)
+    offline: bool = Field(default=False, description="never download; fail naming the missing files")
+
+
+SETTINGS_GROUPS: dict[str, type[_Settings]] = {"video": VideoSettings, "runtime": RuntimeSettings}
+
+
+class Preset(BaseModel):
+    """A named, reusable set of choices: the processor chain and every option, without target or output."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    processors: tuple[str, ...] = Field(min_length=1)
+    options: dict[str, ProcessorOptions] = Field(default_factory=dict)
+    video: VideoSettings = VideoSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], registry: Registry) -> Preset:
+        """Validate a raw preset mapping against `registry`; raises InvalidJob with a one-line reason."""
+        return cls(**_parse_common(raw, registry, allowed=set()))
+
+    def to_raw(self) -> dict[str, Any]:
+        """The raw mapping (TOML/JSON-ready) that `parse` turns back into an equal object."""
+        raw: dict[str, Any] = {"processors": list(self.processors)}
+        for pid, opts in self.options.items():
+            raw[pid] = opts.model_dump(mode="json", exclude_none=True)
+        raw["video"] = self.video.model_dump(mode="json")
+        raw["runtime"] = self.runtime.model_dump(mode="json")
+        return raw
+
+
+class Job(Preset):
+    """A preset applied to one target: what `pipeline.run` executes. Paths are as the user gave them."""
+
+    target: Path
+    output: Path
+    sources: tuple[Path, ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], registry: Registry) -> Job:
+        fields = _parse_common(raw, registry, allowed={"target", "output", "sources"})
+        for key in ("target", "output"):
+            if not raw.get(key):
+                raise InvalidJob(f"a job needs {key} (--{key} PATH)")
+        fields["target"] = Path(raw["target"])
+        fields["output"] = Path(raw["output"])
+        fields["sources"] = tuple(Path(p) for p in raw.get("sources", ()))
+        return cls(**fields)
+
+    def to_raw(self) -> dict[str, Any]:
+        raw = super().to_raw()
+        raw.update(target=str(self.target), output=str(self.output), sources=[str(p) for p in self.sources])
+        return raw
+
+
+def _parse_common(raw: Mapping[str, Any], registry: Registry, allowed: set[str]) -> dict[str, Any]:
+    known = {"processors", *SETTINGS_GROUPS, *registry, *allowed}
+    for key in raw:
+        if key not in known:
+            raise InvalidJob(f"unknown setting {key!r}; valid: {', '.join(sorted(known))}")
+    processors = raw.get("processors")
+    if isinstance(processors, str):
+        processors = [processors]
+    if not processors:
+        raise InvalidJob(f"no processors chosen; choose from: {', '.join(registry)}")
+    for pid in processors:
+        if pid not in registry:
+            raise InvalidJob(f"unknown processor {pid!r}; available: {', '.join(registry)}")
+    if len(set(processors)) != len(processors):
+        raise InvalidJob(f"a processor is listed twice in {list(processors)}")
+    options: dict[str, ProcessorOptions] = {}
+    # Tables of processors outside the chain are kept: a preset may configure a processor that is toggled off.
+    for pid in [*processors, *(p for p in registry if p in raw and p not in processors)]:
+        options[pid] = _validate(registry[pid].Options, raw.get(pid, {}), pid)
+    groups = {name: _validate(model, raw.get(name, {}), name) for name, model in SETTINGS_GROUPS.items()}
+    return {"processors": tuple(processors), "options": options, **groups}
+
+
+def _validate(model: type[BaseModel], values: Any, prefix: str) -> Any:
+    if not isinstance(values, Mapping):
+        raise InvalidJob(f"{prefix} must be a table of settings, got {values!r}")
+    for key in values:
+        if key not in model.model_fields:
+            raise InvalidJob(f"unknown setting {prefix}.{key}; valid: {', '.join(model.model_fields)}")
+    try:
+        return model.model_validate(dict(values))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join([prefix, *(str(p) for p in err["loc"])])
+        raise InvalidJob(f"{where}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value: TOML syntax when it parses (2, 0.5, true, "x", [1, 2]), else the plain string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(raw: Mapping[str, Any], sets: Sequence[str], registry: Registry) -> dict[str, Any]:
+    """Apply dotted `group.field=value` overrides (`frame_enhancer.scale=2`, `runtime.batch=8`) to a raw mapping.
+
+    Unknown groups or fields are InvalidJob errors naming the valid ones; values are validated later by `parse`.
+    """
+    out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in raw.items()}
+    groups: dict[str, type[BaseModel]] = {**{p: cls.Options for p, cls in registry.items()}, **SETTINGS_GROUPS}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        group, dot, name = key.strip().partition(".")
+        if not sep or not dot or not name:
+            raise InvalidJob(f"--set takes GROUP.FIELD=VALUE (e.g. frame_enhancer.scale=2), got {item!r}")
+        if group not in groups:
+            raise InvalidJob(f"unknown settings group {group!r} in --set {item}; valid: {', '.join(groups)}")
+        if name not in groups[group].model_fields:
+            raise InvalidJob(
+                f"unknown setting {group}.{name}; valid: {', '.join(groups[group].model_fields)}"
+            )
+        out.setdefault(group, {})[name] = parse_value(value.strip())
+    return out
+
+
+def load_preset_raw(name_or_path: str | Path) -> dict[str, Any]:
+    """Read a preset by name (a file in `presets/`) or path; InvalidJob naming the presets when not found."""
+    path = Path(name_or_path)
+    if not path.suffix and not path.exists():
+        path = PRESETS_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        names = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.toml")))
+        raise InvalidJob(f"preset {str(name_or_path)!r} not found; built-in presets: {names}")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidJob(f"preset {path} is not valid TOML: {exc}") from None
+
+
+def preset_schema(registry: Registry) -> dict[str, Any]:
+    """JSON Schema of a preset file: the chain, one table per registered processor, video and runtime."""
+    props: dict[str, Any] = {
+        "processors": {"type": "array", "items": {"enum": list(registry)}, "minItems": 1, "uniqueItems": True}
+    }
+    for pid, cls in registry.items():
+        props[pid] = {**cls.Options.model_json_schema(), "title": cls.title}
+    for name, model in SETTINGS_GROUPS.items():
+        props[name] = model.model_json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "facestudio preset",
+        "type": "object",
+        "properties": props,
+        "required": ["processors"],
+        "additionalProperties": False,
+    }

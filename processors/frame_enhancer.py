@@ -1,0 +1,150 @@
+"""Frame enhancer: Real-ESRGAN upscaling of whole frames, tiled with context so tiles leave no seams."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+import cv2
+import numpy as np
+
+from engine.models.manifest import Manifest
+from engine.models.runtime import LoadedModel, Runtime
+from engine.models.tensor import from_tensor, to_tensor
+from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.types import Frame
+
+MODEL_IDS = tuple(m.id for m in Manifest.load().for_task("frame_enhancer"))
+ModelId = Literal[MODEL_IDS]  # type: ignore[valid-type]
+
+
+class FrameEnhancerOptions(ProcessorOptions):
+    model: ModelId = Field(  # type: ignore[valid-type]
+        default="realesr_animevideov3", description="Real-ESRGAN model (all embedded ones work offline)"
+    )
+    scale: float | None = Field(
+        default=None,
+        ge=1.0,
+        le=4.0,
+        description="output size ÷ input size; default the model's native scale; below it the output is resized down",
+    )
+    blend: int = Field(default=100, ge=0, le=100, description="% of the enhanced frame over a plain bicubic resize")
+    tile: int = Field(default=512, ge=0, description="tile edge in input pixels, 0 = whole frame at once")
+
+    @field_validator("tile")
+    @classmethod
+    def _tile_size(cls, value: int) -> int:
+        if 0 < value < 32:
+            raise ValueError("tile must be 0 (whole frame) or at least 32 pixels")
+        return value
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One tile of a frame. `window`: (x0, y0, x1, y1) in the reflect-padded frame (what the model sees);
+    `core`: (x0, y0, x1, y1) in frame pixels (what the tile contributes); `offset`: core's (x, y) inside window."""
+
+    window: tuple[int, int, int, int]
+    core: tuple[int, int, int, int]
+    offset: tuple[int, int]
+
+
+def _axis(length: int, tile: int, pad: int) -> list[tuple[int, int, int]]:
+    """(window start in padded coords, core start, core end) along one axis; every window has the same length."""
+    size = length if tile <= 0 or tile >= length else tile
+    spans = []
+    for start in range(0, length, size):
+        end = min(start + size, length)
+        # The last core may be short: slide its window back so every window is full size (batchable) and
+        # the extra context comes from real pixels instead of padding.
+        spans.append((min(start, length - size), start, end))
+    return spans
+
+
+def plan_tiles(width: int, height: int, tile: int, pad: int) -> list[Tile]:
+    """Split a width×height frame into equal windows of (min(tile, side) + 2·pad) pixels whose cores partition it.
+
+    The frame is reflect-padded by `pad` on every side first, so every core has `pad` pixels of context.
+    """
+    tiles = []
+    for wy, y0, y1 in _axis(height, tile, pad):
+        for wx, x0, x1 in _axis(width, tile, pad):
+            wlen = (width if tile <= 0 or tile >= width else tile) + 2 * pad
+            hlen = (height if tile <= 0 or tile >= height else tile) + 2 * pad
+            tiles.append(Tile((wx, wy, wx + wlen, wy + hlen), (x0, y0, x1, y1), (x0 + pad - wx, y0 + pad - wy)))
+    return tiles
+
+
+class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
+    """Upscales every frame with a Real-ESRGAN model; output size = round(scale × input size)."""
+
+    id: ClassVar[str] = "frame_enhancer"
+    title: ClassVar[str] = "Frame enhancer (Real-ESRGAN)"
+    Options: ClassVar[type[ProcessorOptions]] = FrameEnhancerOptions
+
+    def __init__(self, options: FrameEnhancerOptions, runtime: Runtime) -> None:
+        super().__init__(options, runtime)
+        self.loaded: LoadedModel = runtime.load(options.model, options.backend)
+        self.native = self.loaded.spec.scale
+        self.scale = options.scale if options.scale is not None else float(self.native)
+        self.batch = runtime.settings.batch
+
+    def model_ids(self) -> list[str]:
+        return [self.options.model]
+
+    def output_size(self, width: int, height: int) -> tuple[int, int]:
+        return round(width * self.scale), round(height * self.scale)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.loaded.describe(), "options": self.options.model_dump(mode="json")}
+
+    def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
+        """Upscale frames (H×W×3 uint8 RGB) to `output_size`; tiles of all frames of one size are batched."""
+        out: list[Frame | None] = [None] * len(frames)
+        by_size: dict[tuple[int, ...], list[int]] = {}
+        for i, frame in enumerate(frames):
+            by_size.setdefault(frame.shape, []).append(i)
+        for (h, w, _), indices in by_size.items():
+            native = self._upscale_native([frames[i] for i in indices])
+            for i, up in zip(indices, native, strict=True):
+                out[i] = self._finish(frames[i], up)
+        return out  # type: ignore[return-value]
+
+    def _upscale_native(self, frames: list[Frame]) -> list[Frame]:
+        """Run the model on same-size frames; returns frames at exactly `native` × their size."""
+        spec = self.loaded.spec
+        h, w = frames[0].shape[:2]
+        pad = spec.tile_pad
+        tiles = plan_tiles(w, h, self.options.tile, pad)
+        padded = [np.pad(f, ((pad, pad), (pad, pad), (0, 0)), mode="reflect") if pad else f for f in frames]
+        jobs = [(fi, t) for fi in range(len(frames)) for t in tiles]
+        s = self.native
+        results = [np.empty((h * s, w * s, 3), np.uint8) for _ in frames]
+        for start in range(0, len(jobs), self.batch):
+            chunk = jobs[start : start + self.batch]
+            windows = np.stack([padded[fi][t.window[1] : t.window[3], t.window[0] : t.window[2]] for fi, t in chunk])
+            (y,) = self.loaded.session.run({self.loaded.session.input_names[0]: to_tensor(windows, spec.io)})[:1]
+            upscaled = from_tensor(y, spec.io)
+            for (fi, t), up in zip(chunk, upscaled, strict=True):
+                x0, y0, x1, y1 = t.core
+                ox, oy = t.offset
+                results[fi][y0 * s : y1 * s, x0 * s : x1 * s] = up[
+                    oy * s : (oy + y1 - y0) * s, ox * s : (ox + x1 - x0) * s
+                ]
+        return results
+
+    def _finish(self, frame: Frame, native: Frame) -> Frame:
+        """Resize the native output to the requested scale and blend it over a plain bicubic resize."""
+        h, w = frame.shape[:2]
+        size = self.output_size(w, h)
+        if (native.shape[1], native.shape[0]) != size:
+            # Area averaging is the alias-free way down, as Real-ESRGAN's own `outscale` resize intends.
+            native = cv2.resize(native, size, interpolation=cv2.INTER_AREA)
+        if self.options.blend >= 100:
+            return native
+        base = cv2.resize(frame, size, interpolation=cv2.INTER_CUBIC)
+        a = self.options.blend / 100.0
+        return np.rint(base * (1.0 - a) + native * a).astype(np.uint8)
