@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -44,6 +45,11 @@ def provider_list(device: Device, *, tensorrt: bool, fp16: bool, cache_dir: Path
     return providers
 
 
+def gpu_visible() -> bool:
+    """True when an NVIDIA driver is visible (Linux device node, or nvidia-smi on PATH, as on Windows)."""
+    return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
+
+
 def session_options(threads: int) -> ort.SessionOptions:
     """Session options set deliberately: all graph optimisations, intra-op threads, no busy spinning.
 
@@ -74,6 +80,10 @@ class OnnxSession:
         threads: int = 0,
         cache_dir: Path,
     ) -> None:
+        if device.kind == "cuda" and not device.explicit and not gpu_visible():
+            # "auto" on a machine without an NVIDIA GPU: go straight to the CPU instead of letting ORT try (and
+            # loudly fail) to load the CUDA libraries.
+            device = Device("cpu")
         wanted = provider_list(device, tensorrt=tensorrt, fp16=fp16, cache_dir=cache_dir)
         available = set(ort.get_available_providers())
         usable = [(name, opts) for name, opts in wanted if name in available]

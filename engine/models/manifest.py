@@ -7,6 +7,7 @@ spec, and per file its format, where it comes from (an installed package or a UR
 from __future__ import annotations
 
 import importlib.util
+import os
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -119,8 +120,9 @@ class Manifest(_Strict):
 
     @classmethod
     def load(cls, path: Path | None = None) -> Manifest:
-        """Read and validate a manifest TOML file (the built-in one by default)."""
-        path = path or MANIFEST_PATH
+        """Read and validate a manifest TOML file: `path`, else $FACESTUDIO_MANIFEST (a mirror's catalogue for
+        air-gapped sites, or a test's), else the built-in one."""
+        path = path or Path(os.environ.get("FACESTUDIO_MANIFEST") or MANIFEST_PATH)
         try:
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:

@@ -68,7 +68,8 @@ class LoadedModel:
         return {
             "model": self.spec.id,
             "file": self.file.filename,
-            "sha256": self.file.key,
+            "sha256": self.file.sha256,
+            **({"bin_sha256": self.file.bin_sha256} if self.file.bin_sha256 else {}),
             "backend": self.session.backend,
             "provider": self.session.provider,
         }

@@ -1,0 +1,107 @@
+"""Jobs, presets and --set overrides: validation errors name the bad key and the valid ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.errors import InvalidJob
+from engine.job import Job, Preset, apply_overrides, load_preset_raw, parse_value, preset_schema
+from processors import REGISTRY, build_registry
+from processors.frame_enhancer import FrameEnhancer, FrameEnhancerOptions
+
+BASE = {"processors": ["frame_enhancer"], "target": "in.mp4", "output": "out.mp4"}
+
+
+def parse(raw: dict) -> Job:
+    return Job.parse(raw, REGISTRY)
+
+
+def test_defaults_and_round_trip() -> None:
+    job = parse(BASE)
+    assert job.options["frame_enhancer"] == FrameEnhancerOptions()
+    assert job.runtime.backend == "auto" and job.video.crf == 18
+    assert parse(job.to_raw()) == job
+
+
+def test_overrides_are_typed_and_validated() -> None:
+    raw = apply_overrides(
+        BASE,
+        ["frame_enhancer.scale=2", "frame_enhancer.model=real_esrgan_x4plus", "runtime.batch=8", "video.crf=20"],
+        REGISTRY,
+    )
+    job = parse(raw)
+    assert job.options["frame_enhancer"].scale == 2.0
+    assert job.options["frame_enhancer"].model == "real_esrgan_x4plus"
+    assert job.runtime.batch == 8 and job.video.crf == 20
+    assert BASE.get("frame_enhancer") is None  # the input mapping is not mutated
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["frame_enhancer.scal=2"], "unknown setting frame_enhancer.scal; valid: backend, model, scale, blend, tile"),
+        (["nope.x=1"], "unknown settings group 'nope'"),
+        (["frame_enhancer"], "--set takes GROUP.FIELD=VALUE"),
+        (["runtime.gpu=1"], "unknown setting runtime.gpu; valid: backend, device"),
+    ],
+)
+def test_unknown_override_keys(sets: list[str], message: str) -> None:
+    with pytest.raises(InvalidJob, match=message.replace(".", r"\.").replace("(", r"\(")):
+        apply_overrides(BASE, sets, REGISTRY)
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ({"frame_enhancer": {"scale": 5}}, "frame_enhancer.scale: Input should be less than or equal to 4"),
+        ({"frame_enhancer": {"model": "gfpgan"}}, "frame_enhancer.model: Input should be"),
+        ({"frame_enhancer": {"tile": 8}}, "frame_enhancer.tile: Value error, tile must be 0"),
+        ({"runtime": {"device": "tpu"}}, "runtime.device: String should match pattern"),
+        ({"processors": ["face_swapper"]}, "unknown processor 'face_swapper'; available: frame_enhancer"),
+        ({"processors": []}, "no processors chosen"),
+        ({"colour": 1}, "unknown setting 'colour'"),
+    ],
+)
+def test_invalid_jobs_give_one_line(override: dict, fragment: str) -> None:
+    with pytest.raises(InvalidJob) as info:
+        parse({**BASE, **override})
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_job_needs_target_and_output() -> None:
+    with pytest.raises(InvalidJob, match="a job needs output"):
+        parse({"processors": ["frame_enhancer"], "target": "x.mp4"})
+
+
+def test_parse_value() -> None:
+    assert parse_value("2") == 2 and parse_value("0.5") == 0.5 and parse_value("true") is True
+    assert parse_value("realesr_animevideov3") == "realesr_animevideov3"
+    assert parse_value('"2"') == "2"
+
+
+def test_builtin_presets_validate_and_preset_rejects_target() -> None:
+    for path in sorted((Path(__file__).parent.parent / "presets").glob("*.toml")):
+        Preset.parse(load_preset_raw(path), REGISTRY)
+    with pytest.raises(InvalidJob, match="unknown setting 'target'"):
+        Preset.parse({"processors": ["frame_enhancer"], "target": "x"}, REGISTRY)
+
+
+def test_missing_preset_names_the_builtin_ones() -> None:
+    with pytest.raises(InvalidJob, match="preset 'nope' not found; built-in presets: anime, default"):
+        load_preset_raw("nope")
+
+
+def test_schema_lists_every_processor_and_group() -> None:
+    schema = preset_schema(REGISTRY)
+    assert set(schema["properties"]) == {"processors", "frame_enhancer", "video", "runtime"}
+    fe = schema["properties"]["frame_enhancer"]["properties"]
+    assert fe["scale"]["anyOf"][0]["maximum"] == 4.0
+    assert "realesr_animevideov3" in fe["model"]["enum"]
+
+
+def test_registry_rejects_duplicate_ids() -> None:
+    with pytest.raises(ValueError, match="share the id 'frame_enhancer'"):
+        build_registry([FrameEnhancer, FrameEnhancer])
