@@ -82,9 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         args = build_parser().parse_args(argv)
         handler = {"run": cmd_run, "models": cmd_models, "presets": cmd_presets}[args.command]
@@ -100,8 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug
         if debug:
             log.exception("internal error")
-        print(f"error: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
-              file=sys.stderr)
+        print(
+            f"error: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -204,7 +204,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     ids = list(args.ids)
     if getattr(args, "preset", None):
         preset = Preset.parse(load_preset_raw(args.preset), REGISTRY)
-        ids += [getattr(preset.options[p], "model") for p in preset.processors if hasattr(preset.options[p], "model")]
+        ids += [preset.options[p].model for p in preset.processors if hasattr(preset.options[p], "model")]
     for model_id in ids:
         manifest.get(model_id)
     if args.action == "verify":

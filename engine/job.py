@@ -168,9 +168,7 @@ def apply_overrides(raw: Mapping[str, Any], sets: Sequence[str], registry: Regis
         if group not in groups:
             raise InvalidJob(f"unknown settings group {group!r} in --set {item}; valid: {', '.join(groups)}")
         if name not in groups[group].model_fields:
-            raise InvalidJob(
-                f"unknown setting {group}.{name}; valid: {', '.join(groups[group].model_fields)}"
-            )
+            raise InvalidJob(f"unknown setting {group}.{name}; valid: {', '.join(groups[group].model_fields)}")
         out.setdefault(group, {})[name] = parse_value(value.strip())
     return out
 

@@ -27,7 +27,7 @@ class ProcessorOptions(BaseModel):
     backend: Literal["auto", "onnx", "torch"] | None = None
 
 
-O = TypeVar("O", bound=ProcessorOptions)
+OptionsT = TypeVar("OptionsT", bound=ProcessorOptions)
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class FrameContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class FrameProcessor(ABC, Generic[O]):
+class FrameProcessor(ABC, Generic[OptionsT]):
     """A step of the chain: frames in, frames out, models loaded once in `__init__`.
 
     `process` takes a batch so a processor can batch model calls across frames; it never mutates its inputs and
@@ -57,7 +57,7 @@ class FrameProcessor(ABC, Generic[O]):
     needs_faces: ClassVar[bool] = False
     needs_source: ClassVar[bool] = False
 
-    def __init__(self, options: O, runtime: Runtime) -> None:
+    def __init__(self, options: OptionsT, runtime: Runtime) -> None:
         self.options = options
         self.runtime = runtime
 

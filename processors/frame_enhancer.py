@@ -6,10 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
-
 import cv2
 import numpy as np
+from pydantic import Field, field_validator
 
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
@@ -107,7 +106,7 @@ class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
         by_size: dict[tuple[int, ...], list[int]] = {}
         for i, frame in enumerate(frames):
             by_size.setdefault(frame.shape, []).append(i)
-        for (h, w, _), indices in by_size.items():
+        for indices in by_size.values():
             native = self._upscale_native([frames[i] for i in indices])
             for i, up in zip(indices, native, strict=True):
                 out[i] = self._finish(frames[i], up)

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import http.server
+import re
 import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from typing_extensions import override  # typing.override needs Python 3.12
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -30,3 +37,88 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _cache_env(shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FACESTUDIO_CACHE", str(shared_cache))
+
+
+@dataclass(frozen=True)
+class Item:
+    """A downloadable file as `engine.models.fetch` sees it."""
+
+    filename: str
+    url: str
+    sha256: str
+    size: int | None
+
+
+@dataclass
+class ServerState:
+    """What the test server serves and how it misbehaves; `requests` records (path, Range header or None)."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    requests: list[tuple[str, str | None]] = field(default_factory=list)
+    cut_next_after: int | None = None  # send only this many body bytes of the next response, then close
+    ignore_range: bool = False
+
+
+@dataclass
+class Server:
+    state: ServerState
+    base_url: str
+
+    def item(self, name: str, data: bytes, *, sha256: str | None = None) -> Item:
+        self.state.files[name] = data
+        return Item(name, f"{self.base_url}/{name}", sha256 or hashlib.sha256(data).hexdigest(), len(data))
+
+
+def _handler(state: ServerState) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            name = self.path.lstrip("/")
+            range_header = self.headers.get("Range")
+            state.requests.append((name, range_header))
+            body = state.files.get(name)
+            if body is None:
+                self.send_error(404)
+                return
+            start = 0
+            if range_header and not state.ignore_range:
+                match = re.fullmatch(r"bytes=(\d+)-", range_header)
+                assert match, range_header
+                start = int(match[1])
+                if start >= len(body):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(body)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            else:
+                self.send_response(200)
+            chunk = body[start:]
+            self.send_header("Content-Length", str(len(chunk)))
+            self.end_headers()
+            if state.cut_next_after is not None:
+                # Simulate a dropped connection: a short body under a full Content-Length, then close.
+                chunk, state.cut_next_after = chunk[: state.cut_next_after], None
+                self.close_connection = True
+            self.wfile.write(chunk)
+
+        @override
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # keep pytest output clean
+
+    return Handler
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    state = ServerState()
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        yield Server(state, f"http://127.0.0.1:{httpd.server_address[1]}")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)

@@ -23,9 +23,7 @@ def test_device_parse() -> None:
 
 
 def test_provider_lists(tmp_path: Path) -> None:
-    assert provider_list(Device("cpu"), tensorrt=False, fp16=True, cache_dir=tmp_path) == [
-        ("CPUExecutionProvider", {})
-    ]
+    assert provider_list(Device("cpu"), tensorrt=False, fp16=True, cache_dir=tmp_path) == [("CPUExecutionProvider", {})]
     trt = provider_list(Device("cuda", 1), tensorrt=True, fp16=True, cache_dir=tmp_path)
     assert [name for name, _ in trt] == ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
     assert trt[0][1]["device_id"] == "1" and trt[0][1]["trt_fp16_enable"] == "True"

@@ -21,7 +21,7 @@ def test_cores_partition_the_frame(width: int, height: int, tile: int, pad: int)
         cover[y0:y1, x0:x1] += 1
         wx0, wy0, wx1, wy1 = t.window
         sizes.add((wx1 - wx0, wy1 - wy0))
-        assert 0 <= wx0 and wx1 <= width + 2 * pad and 0 <= wy0 and wy1 <= height + 2 * pad
+        assert wx0 >= 0 and wx1 <= width + 2 * pad and wy0 >= 0 and wy1 <= height + 2 * pad
         ox, oy = t.offset
         # the core sits inside its window with at least `pad` pixels of context where the frame has them
         assert wx0 + ox == x0 + pad and wy0 + oy == y0 + pad

@@ -149,9 +149,7 @@ class Manifest(_Strict):
         try:
             return self.models[model_id]
         except KeyError:
-            raise InvalidInput(
-                f"unknown model {model_id!r}; known models: {', '.join(sorted(self.models))}"
-            ) from None
+            raise InvalidInput(f"unknown model {model_id!r}; known models: {', '.join(sorted(self.models))}") from None
 
     def for_task(self, task: str) -> list[ModelSpec]:
         return [m for m in self.models.values() if m.task == task]

@@ -223,9 +223,7 @@ class Runtime:
         try:
             from engine.backends import torch as tb
         except ImportError as exc:
-            raise BackendUnavailable(
-                f"{file.filename} needs PyTorch to load ({exc}); pip install torch"
-            ) from exc
+            raise BackendUnavailable(f"{file.filename} needs PyTorch to load ({exc}); pip install torch") from exc
         if file.format == "ncnn":
             from engine.models import ncnn
 
@@ -246,4 +244,3 @@ def _importable(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
-

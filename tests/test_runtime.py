@@ -1,0 +1,200 @@
+"""Model files end to end with tiny generated models of the real architectures: fetched over file:// and HTTP,
+sha256-pinned in a temp manifest, loaded on both backends (weights_only), exported to ONNX, cached."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import Server
+from spandrel.architectures.Compact import Compact as SRVGGNetCompact
+
+import cli
+from engine.errors import BackendUnavailable, ChecksumMismatch, ModelUnavailable
+from engine.job import RuntimeSettings
+from engine.models.manifest import Manifest
+from engine.models.runtime import Folders, Runtime
+
+MANIFEST = """
+[io.realesrgan]
+colour = "RGB"
+output_range = [0.0, 1.0]
+
+[models.{id}]
+task = "frame_enhancer"
+title = "tiny test model"
+licence = "{licence}"
+commercial_use = {commercial}
+homepage = "https://example.invalid/tiny"
+arch = "SRVGGNetCompact"
+scale = 4
+io = "realesrgan"
+tile_pad = 6
+
+[[models.{id}.files]]
+format = "pth"
+filename = "{filename}"
+url = "{url}"
+size = {size}
+sha256 = "{sha256}"
+"""
+
+
+def tiny_pth(path: Path, seed: int = 0) -> bytes:
+    """A random-weight SRVGGNetCompact (8 features, 2 convs, ×4) saved like the official files (`params`)."""
+    torch.manual_seed(seed)
+    net = SRVGGNetCompact(num_feat=8, num_conv=2, upscale=4)
+    torch.save({"params": net.state_dict()}, path)
+    return path.read_bytes()
+
+
+def write_manifest(
+    tmp: Path,
+    url: str,
+    data: bytes,
+    *,
+    model_id: str = "realesr_general_x4v3",
+    sha256: str | None = None,
+    filename: str = "tiny.pth",
+    licence: str = "BSD-3-Clause",
+    commercial: bool = True,
+) -> Path:
+    path = tmp / "manifest.toml"
+    path.write_text(
+        MANIFEST.format(
+            id=model_id, url=url, size=len(data), sha256=sha256 or hashlib.sha256(data).hexdigest(),
+            filename=filename, licence=licence, commercial=str(commercial).lower(),
+        )
+    )  # fmt: skip
+    return path
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> tuple[Runtime, Path]:
+    src = tmp_path / "mirror" / "tiny.pth"
+    src.parent.mkdir()
+    data = tiny_pth(src)
+    manifest = Manifest.load(write_manifest(tmp_path, src.as_uri(), data))
+    folders = Folders(models=tmp_path / "models", cache=tmp_path / "cache")
+    return Runtime(RuntimeSettings(device="cpu"), manifest=manifest, folders=folders), src
+
+
+def test_file_url_fetch_then_both_backends_agree(tiny: tuple[Runtime, Path]) -> None:
+    runtime, _ = tiny
+    x = np.random.default_rng(1).random((2, 3, 24, 20), dtype=np.float32)
+    torch_model = runtime.load("realesr_general_x4v3", "torch")
+    onnx_model = runtime.load("realesr_general_x4v3", "onnx")
+    assert (runtime.folders.models / "tiny.pth").is_file()
+    assert torch_model.session.provider == "torch:cpu" and onnx_model.session.provider == "CPUExecutionProvider"
+    (a,) = torch_model.session.run({"input": x})
+    (b,) = onnx_model.session.run({"input": x})
+    assert a.shape == b.shape == (2, 3, 96, 80)
+    assert np.abs(a - b).max() <= 1e-4
+    # The export is cached under the weights' sha256 and reused, not redone.
+    (cached,) = (runtime.folders.cache / "onnx").glob("*.onnx")
+    assert runtime.manifest.get("realesr_general_x4v3").files[0].sha256[:32] in cached.name
+    assert runtime.load("realesr_general_x4v3", "onnx") is onnx_model
+
+
+def test_offline_names_file_url_and_folder(tiny: tuple[Runtime, Path]) -> None:
+    runtime, src = tiny
+    offline = Runtime(RuntimeSettings(offline=True), manifest=runtime.manifest, folders=runtime.folders)
+    with pytest.raises(ModelUnavailable) as info:
+        offline.load("realesr_general_x4v3", "torch")
+    message = str(info.value)
+    assert "tiny.pth" in message and src.as_uri() in message and str(runtime.folders.models) in message
+
+
+def test_placed_file_loads_without_download(tiny: tuple[Runtime, Path]) -> None:
+    runtime, src = tiny
+    runtime.folders.models.mkdir(parents=True)
+    (runtime.folders.models / "tiny.pth").write_bytes(src.read_bytes())
+    src.unlink()  # no source left to download from
+    offline = Runtime(RuntimeSettings(offline=True, device="cpu"), manifest=runtime.manifest, folders=runtime.folders)
+    assert offline.load("realesr_general_x4v3", "torch").file.filename == "tiny.pth"
+
+
+def test_tampered_file_is_refused_and_kept(tiny: tuple[Runtime, Path]) -> None:
+    runtime, src = tiny
+    runtime.folders.models.mkdir(parents=True)
+    placed = runtime.folders.models / "tiny.pth"
+    placed.write_bytes(tiny_pth(src.with_name("other.pth"), seed=1))
+    with pytest.raises(ChecksumMismatch, match="tiny.pth"):
+        runtime.load("realesr_general_x4v3", "torch")
+    assert placed.is_file()
+
+
+def test_weights_are_never_unpickled(tmp_path: Path) -> None:
+    class Evil:
+        def __reduce__(self):  # runs `touch` if anything unpickles this
+            return (Path.touch, (tmp_path / "pwned",))
+
+    src = tmp_path / "evil.pth"
+    torch.save({"params": Evil()}, src)
+    data = src.read_bytes()
+    manifest = Manifest.load(write_manifest(tmp_path, src.as_uri(), data, filename="evil.pth"))
+    runtime = Runtime(
+        RuntimeSettings(device="cpu"), manifest=manifest, folders=Folders(models=tmp_path / "m", cache=tmp_path / "c")
+    )
+    with pytest.raises(Exception, match="cannot read weights"):
+        runtime.load("realesr_general_x4v3", "torch")
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_torch_backend_cannot_load_an_onnx_only_model(tiny: tuple[Runtime, Path], tmp_path: Path) -> None:
+    text = (tmp_path / "manifest.toml").read_text().replace('format = "pth"', 'format = "onnx"')
+    (tmp_path / "onnx_manifest.toml").write_text(text)
+    runtime = Runtime(
+        RuntimeSettings(), manifest=Manifest.load(tmp_path / "onnx_manifest.toml"), folders=tiny[0].folders
+    )
+    with pytest.raises(BackendUnavailable, match="exists only as onnx, which the torch backend cannot load"):
+        runtime.load("realesr_general_x4v3", "torch")
+
+
+# -- `launch.py models` against a local HTTP server -------------------------------------------------------------
+def test_models_fetch_cli_full_resume_and_mismatch(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tiny_pth(tmp_path / "tiny.pth")
+    server.state.files["tiny.pth"] = data
+    manifest = write_manifest(tmp_path, f"{server.base_url}/tiny.pth", data, licence="Test-NC-1.0", commercial=False)
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(manifest))
+    models = Path(str(Folders.from_env().models))
+
+    # A cut connection: exit 3, the partial download kept for a resume.
+    server.state.cut_next_after = 5000
+    assert cli.main(["models", "fetch", "realesr_general_x4v3"]) == 3
+    err = capsys.readouterr().err
+    assert "licence: realesr_general_x4v3: Test-NC-1.0 (NON-COMMERCIAL use only)" in err
+    assert err.index("licence:") < err.index("error:")
+    assert (models / "tiny.pth.part").stat().st_size == 5000
+    # The resume asks for the rest only, and the verified file replaces the part.
+    assert cli.main(["models", "fetch", "realesr_general_x4v3"]) == 0
+    assert server.state.requests[-1] == ("tiny.pth", "bytes=5000-")
+    assert (models / "tiny.pth").read_bytes() == data and not (models / "tiny.pth.part").exists()
+    assert cli.main(["models", "verify", "realesr_general_x4v3"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("ok")
+
+    # The server now serves other bytes than the manifest pins: exit 3, nothing kept.
+    (models / "tiny.pth").unlink()
+    server.state.files["tiny.pth"] = data[:-10] + b"0123456789"
+    assert cli.main(["models", "fetch", "realesr_general_x4v3"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "tiny.pth" in err and "sha256" in err
+    assert list(models.iterdir()) == []
+
+
+def test_models_list_json_reports_availability(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    assert cli.main(["models", "list", "--json"]) == 0
+    rows = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["realesr_animevideov3"]["available"] is True
+    assert rows["realesr_animevideov3"]["files"][0]["status"] == "embedded"
+    assert rows["real_esrgan_x2plus"]["available"] is False
+    assert rows["real_esrgan_x2plus"]["files"][0]["status"] == "missing"
