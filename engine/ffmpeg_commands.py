@@ -1,0 +1,182 @@
+"""ffmpeg and ffprobe command lines, as pure functions returning argument lists.
+
+Nothing here runs a process or touches the filesystem: `engine/video.py` runs these lists, and
+`tests/test_ffmpeg_commands.py` pins them with exact list equality. Every list starts with the executable
+path it was given, so the same functions serve a system ffmpeg and the one bundled with imageio-ffmpeg.
+
+Conventions shared by all commands:
+- The video stream is selected with the specifier `V:0`: the first video stream that is not an attached
+  picture (cover art), so an audio file with artwork is never mistaken for a video.
+- Frame timing is passed through (`-fps_mode passthrough`), never resampled: `-vsync` is not used because
+  FFmpeg 9 removed it, and any constant-rate mode would drop or duplicate frames of variable-rate input.
+- Raw frames cross pipes as `rgb24`: H×W×3 uint8 RGB, row-major, no padding, the layout of a `Frame`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from engine.errors import InvalidInput
+
+# Output extension -> ffmpeg muxer. Only containers that can hold H.264 are offered: WebM, for one, cannot.
+MUXERS: Mapping[str, str] = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"}
+
+# Audio codecs (ffmpeg codec names) each muxer stores as they are; anything else is re-encoded to AAC.
+_LOSSY_AUDIO = frozenset({"aac", "mp3", "ac3", "eac3"})
+_PCM_AUDIO = frozenset({"pcm_s16le", "pcm_s24le", "pcm_f32le"})
+COPYABLE_AUDIO: Mapping[str, frozenset[str]] = {
+    "mp4": _LOSSY_AUDIO | {"alac", "opus"},
+    "mov": _LOSSY_AUDIO | _PCM_AUDIO | {"alac", "pcm_s16be"},
+    "matroska": _LOSSY_AUDIO | _PCM_AUDIO | {"alac", "opus", "vorbis", "flac", "dts", "truehd"},
+}
+
+# AAC bitrate when the source audio has to be re-encoded: transparent for stereo speech and music.
+AAC_BITRATE = "192k"
+
+X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+
+_RATIONAL = re.compile(r"^[1-9][0-9]*(/[1-9][0-9]*)?$")
+
+
+def ffprobe_header_args(ffprobe: str, path: Path) -> list[str]:
+    """ffprobe printing the container and every stream as JSON (`format`, `streams`), without reading packets."""
+    return [ffprobe, "-v", "error", "-print_format", "json", "-show_format", "-show_streams", str(path)]
+
+
+def ffprobe_probe_args(ffprobe: str, path: Path) -> list[str]:
+    """ffprobe printing the container, every stream and every packet as JSON.
+
+    Each packet carries `stream_index`, `pts`, `duration` (in its stream's `time_base`) and `flags` (`D` marks
+    a packet the demuxer asks decoders to discard, e.g. before an edit list's start). Counting the packets
+    of the video stream that are not discarded gives the exact frame count, and their timestamps give the
+    exact duration and whether the frame rate varies. Compact JSON keeps one packet per line.
+    """
+    return [
+        ffprobe, "-v", "error", "-print_format", "json=compact=1", "-show_format", "-show_streams",
+        "-show_entries", "packet=stream_index,pts,duration,flags", str(path),
+    ]  # fmt: skip
+
+
+def ffmpeg_header_args(ffmpeg: str, path: Path) -> list[str]:
+    """ffmpeg opening `path` with no output: it prints the container and streams to stderr and exits 1.
+
+    Used where ffprobe is absent, to read stream details and container tags.
+    """
+    return [ffmpeg, "-nostdin", "-hide_banner", "-i", str(path)]
+
+
+def ffmpeg_count_args(ffmpeg: str, path: Path) -> list[str]:
+    """ffmpeg copying the first video stream's packets, undecoded, to the `framecrc` muxer on stdout.
+
+    Stdout gets one line per packet (`stream, dts, pts, duration, size, crc[, F=flags]`, after `#tb` and other
+    `#` header lines); stderr gets the same stream description as `ffmpeg_header_args`. This is the
+    ffprobe-free way to count packets and read their timestamps exactly. `-copyinkf` keeps packets before the
+    first keyframe, which stream copy would otherwise drop and ffprobe would count.
+    """
+    return [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-i", str(path),
+        "-map", "0:V:0", "-c", "copy", "-copyinkf", "-f", "framecrc", "pipe:1",
+    ]  # fmt: skip
+
+
+def decode_args(ffmpeg: str, path: Path) -> list[str]:
+    """ffmpeg decoding the first video stream of `path` to raw rgb24 frames on stdout.
+
+    Frames come out in presentation order, upright (ffmpeg's default autorotate applies the display matrix,
+    so their size is the display size) and each exactly once (`-fps_mode passthrough`). Only errors are
+    logged on stderr, so anything there means the input is damaged.
+    """
+    return [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", str(path),
+        "-map", "0:V:0", "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1",
+    ]  # fmt: skip
+
+
+def muxer_for(output: Path) -> str:
+    """The ffmpeg muxer for an output path, from its extension; InvalidInput for one that cannot hold H.264."""
+    muxer = MUXERS.get(output.suffix.lower())
+    if muxer is None:
+        raise InvalidInput(
+            f"cannot write video to {output}: the extension must be one of {', '.join(MUXERS)} (H.264 output)"
+        )
+    return muxer
+
+
+def audio_codec_args(muxer: str, audio_codec: str | None) -> list[str]:
+    """Copy the source audio when `muxer` can store `audio_codec` as it is, else re-encode it to AAC.
+
+    `audio_codec` is the ffmpeg codec name of the first audio stream of the source (None when it has none;
+    the AAC arguments then apply to no stream and are harmless).
+    """
+    if audio_codec is not None and audio_codec in COPYABLE_AUDIO[muxer]:
+        return ["-c:a", "copy"]
+    return ["-c:a", "aac", "-b:a", AAC_BITRATE]
+
+
+def metadata_args(muxer: str, metadata: Mapping[str, str]) -> list[str]:
+    """`-metadata key=value` per entry, in the mapping's order; for MP4/MOV also `-movflags +use_metadata_tags`,
+    without which the muxer keeps only its fixed set of keys (title, comment, …) and drops custom ones."""
+    args: list[str] = []
+    for key, value in metadata.items():
+        if not key or "=" in key:
+            raise ValueError(f"metadata key {key!r} must be non-empty and contain no '='")
+        args += ["-metadata", f"{key}={value}"]
+    if muxer in ("mp4", "mov"):
+        args += ["-movflags", "+use_metadata_tags"]
+    return args
+
+
+def encode_args(
+    ffmpeg: str,
+    output: Path,
+    width: int,
+    height: int,
+    fps_rational: str,
+    audio_from: Path | None,
+    audio_codec: str | None,
+    metadata: Mapping[str, str],
+    crf: int = 18,
+    preset: str = "medium",
+) -> list[str]:
+    """ffmpeg encoding raw rgb24 frames read from stdin to H.264 yuv420p in `output`, with audio from `audio_from`.
+
+    width, height: frame size in pixels; both must be even (yuv420p halves the chroma planes).
+    fps_rational: the frame rate as an exact rational string ("30000/1001", "25"), given to `-r` so that
+        frame timing carries no rounding; every frame written is encoded once.
+    audio_from: file whose first audio stream, if it has one (`-map 1:a:0?`), is muxed in; None for no audio.
+    audio_codec: ffmpeg codec name of that audio stream, deciding copy or AAC (`audio_codec_args`).
+    metadata: container tags (`metadata_args`).
+    crf: x264 constant rate factor, 0–51 (lower is better; 18 is visually lossless).
+    preset: an x264 preset, `ultrafast` … `veryslow`.
+
+    The RGB frames are converted to limited-range BT.709 YUV and tagged as such, the colour space players
+    assume for untagged HD video, so colours are not shifted on playback.
+    """
+    if width < 2 or height < 2 or width % 2 or height % 2:
+        raise ValueError(f"yuv420p needs an even frame size of at least 2×2, got {width}×{height}")
+    if not _RATIONAL.match(fps_rational):
+        raise ValueError(f"fps_rational must be a positive rational like '30000/1001', got {fps_rational!r}")
+    if not 0 <= crf <= 51:
+        raise ValueError(f"crf must be in 0–51, got {crf}")
+    if preset not in X264_PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(X264_PRESETS)}, got {preset!r}")
+    muxer = muxer_for(output)
+    args = [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
+        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", fps_rational, "-i", "pipe:0",
+    ]  # fmt: skip
+    if audio_from is not None:
+        args += ["-i", str(audio_from)]
+    args += ["-map", "0:v:0"]
+    if audio_from is not None:
+        args += ["-map", "1:a:0?", *audio_codec_args(muxer, audio_codec)]
+    args += [
+        "-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
+        "-c:v", "libx264", "-preset", preset, "-crf", str(crf), "-pix_fmt", "yuv420p",
+        "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
+        *metadata_args(muxer, metadata),
+        "-f", muxer, str(output),
+    ]  # fmt: skip
+    return args
