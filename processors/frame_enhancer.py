@@ -51,30 +51,40 @@ class Tile:
     offset: tuple[int, int]
 
 
-def _axis(length: int, tile: int, pad: int) -> list[tuple[int, int, int]]:
-    """(window start in padded coords, core start, core end) along one axis; every window has the same length."""
-    size = length if tile <= 0 or tile >= length else tile
+def _tile_len(length: int, tile: int) -> int:
+    """Core length along one axis: the frame split into the fewest tiles of at most `tile`, made equal.
+
+    Equal cores keep the windows batchable and avoid computing a nearly empty last tile at full size
+    (640 px with tile 512 → two cores of 320, not 512 + 128).
+    """
+    if tile <= 0 or tile >= length:
+        return length
+    count = -(-length // tile)
+    return -(-length // count)
+
+
+def _axis(length: int, size: int) -> list[tuple[int, int, int]]:
+    """(window start in padded coords, core start, core end) along one axis for cores of `size`."""
     spans = []
     for start in range(0, length, size):
         end = min(start + size, length)
-        # The last core may be short: slide its window back so every window is full size (batchable) and
-        # the extra context comes from real pixels instead of padding.
+        # A short last core slides its window back so every window is full size (batchable) and the extra
+        # context comes from real pixels instead of padding.
         spans.append((min(start, length - size), start, end))
     return spans
 
 
 def plan_tiles(width: int, height: int, tile: int, pad: int) -> list[Tile]:
-    """Split a width×height frame into equal windows of (min(tile, side) + 2·pad) pixels whose cores partition it.
+    """Split a width×height frame into equal windows of (core + 2·pad) pixels whose cores partition it.
 
     The frame is reflect-padded by `pad` on every side first, so every core has `pad` pixels of context.
     """
-    tiles = []
-    for wy, y0, y1 in _axis(height, tile, pad):
-        for wx, x0, x1 in _axis(width, tile, pad):
-            wlen = (width if tile <= 0 or tile >= width else tile) + 2 * pad
-            hlen = (height if tile <= 0 or tile >= height else tile) + 2 * pad
-            tiles.append(Tile((wx, wy, wx + wlen, wy + hlen), (x0, y0, x1, y1), (x0 + pad - wx, y0 + pad - wy)))
-    return tiles
+    tw, th = _tile_len(width, tile), _tile_len(height, tile)
+    return [
+        Tile((wx, wy, wx + tw + 2 * pad, wy + th + 2 * pad), (x0, y0, x1, y1), (x0 + pad - wx, y0 + pad - wy))
+        for wy, y0, y1 in _axis(height, th)
+        for wx, x0, x1 in _axis(width, tw)
+    ]
 
 
 class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):

@@ -33,3 +33,10 @@ def test_cores_partition_the_frame(width: int, height: int, tile: int, pad: int)
 def test_whole_frame_is_one_tile() -> None:
     (t,) = plan_tiles(320, 180, 0, 20)
     assert t.window == (0, 0, 360, 220) and t.core == (0, 0, 320, 180) and t.offset == (20, 20)
+
+
+def test_tiles_are_balanced_not_a_full_tile_plus_a_sliver() -> None:
+    # 640 px with tile 512: two cores of 320 (computing 2 × 360 columns), not 512 + 128 (2 × 552 columns).
+    tiles = plan_tiles(640, 360, 512, 20)
+    assert [t.core for t in tiles] == [(0, 0, 320, 360), (320, 0, 640, 360)]
+    assert [t.window for t in tiles] == [(0, 0, 360, 400), (320, 0, 680, 400)]
