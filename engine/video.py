@@ -647,8 +647,15 @@ def _stop(process: subprocess.Popen[bytes], drain: _StderrDrain) -> None:
 
 
 def _start(args: Sequence[str], stdin: int | None, stdout: int | None) -> tuple[subprocess.Popen[bytes], _StderrDrain]:
+    # Children run in their own process group: a Ctrl-C in the terminal reaches facestudio alone, which then
+    # stops its children itself, instead of racing them (a decoder killed first would look like a cut file).
+    group: dict[str, Any] = (
+        {"start_new_session": True}
+        if os.name == "posix"
+        else {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+    )
     try:
-        process = subprocess.Popen(args, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE)
+        process = subprocess.Popen(args, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, **group)
     except OSError as exc:
         raise MediaError(f"cannot run {args[0]}: {exc.strerror}") from exc
     assert process.stderr is not None
@@ -966,6 +973,15 @@ def _image_info(path: Path, image: Image.Image) -> MediaInfo:
     )
 
 
+def _open_existing_image(path: Path) -> Image.Image:
+    """Open `path` with Pillow after the file checks, or raise InvalidInput saying which formats are read."""
+    _check_file(path)
+    image = _open_image(path)
+    if image is None:
+        raise InvalidInput(f"{path} is not an image Pillow can read: give a PNG, JPEG, WebP, BMP or TIFF file")
+    return image
+
+
 def read_image(path: Path) -> tuple[Frame, npt.NDArray[np.uint8] | None]:
     """Decode an image to a Frame plus its alpha channel; the one place image pixels are normalised.
 
@@ -977,10 +993,7 @@ def read_image(path: Path) -> tuple[Frame, npt.NDArray[np.uint8] | None]:
     first frame. Raises InvalidInput for anything that is not a readable PNG/JPEG/WebP/BMP/TIFF.
     """
     path = Path(path)
-    _check_file(path)
-    image = _open_image(path)
-    if image is None:
-        raise InvalidInput(f"{path} is not an image Pillow can read: give a PNG, JPEG, WebP, BMP or TIFF file")
+    image = _open_existing_image(path)
     with image:
         _load(path, image)
         upright = ImageOps.exif_transpose(image)
@@ -1070,10 +1083,7 @@ def read_image_metadata(path: Path) -> dict[str, str]:
     """Key/values stored in an image: PNG text chunks, or the JSON object `write_image` puts in EXIF
     ImageDescription; for other EXIF images, their ImageDescription and Software fields when present."""
     path = Path(path)
-    _check_file(path)
-    image = _open_image(path)
-    if image is None:
-        raise InvalidInput(f"{path} is not an image Pillow can read: give a PNG, JPEG, WebP, BMP or TIFF file")
+    image = _open_existing_image(path)
     with image:
         if image.format == "PNG":
             _load(path, image)  # text chunks after the image data are only seen once it is read

@@ -228,3 +228,42 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 def test_output_kind_must_match_target(clip: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", "--target", str(clip), "--output", str(tmp_path / "o.png"), "--yes"]) == 2
     assert "the target is a video but the output ends in .png" in capsys.readouterr().err
+
+
+def _ffmpeg_children(pid: int) -> list[int]:
+    """PIDs of live processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
+def test_ctrl_c_cancels_cleanly(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    target = demo.make_clip(tmp_path / "long.mp4", width=160, height=96, count=96, fps=24)
+    out = tmp_path / "out.mp4"
+    child = subprocess.Popen(
+        [sys.executable, str(ROOT / "launch.py"), "run", "--target", str(target), "--output", str(out), "--yes",
+         "--set", "runtime.batch=1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not any(p.name.startswith(".out") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)  # wait until frames are being encoded
+    time.sleep(0.5)
+    children = _ffmpeg_children(child.pid)
+    assert children, "no ffmpeg child while encoding"
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 4, err
+    assert err.strip() == "error: cancelled by the user; nothing was written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.mp4"]
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
