@@ -10,7 +10,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from engine import consent
 from engine.errors import ConsentRequired, FacestudioError, InvalidJob
 from engine.job import Job, Preset, RuntimeSettings, apply_overrides, load_preset_raw, preset_schema
 from engine.models import fetch
-from engine.models.manifest import Manifest
+from engine.models.manifest import FileSpec, Manifest
 from engine.models.runtime import Runtime
 from engine.progress import for_terminal
 from processors import REGISTRY, build_chain
@@ -155,13 +155,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.demo:
         if args.target or args.job:
             raise UsageError("--demo makes its own target; drop --target/--job")
-        from engine import demo
-
-        DEMO_DIR.mkdir(parents=True, exist_ok=True)
-        args.target = demo.make_clip(DEMO_DIR / "astronaut.mp4")
+        args.target = DEMO_DIR / "astronaut.mp4"
         args.output = args.output or DEMO_DIR / "astronaut_out.mp4"
     job = job_from_args(args)
     require_consent(args.yes)
+    if args.demo:
+        from engine import demo
+
+        DEMO_DIR.mkdir(parents=True, exist_ok=True)
+        demo.make_clip(job.target)
     runtime = Runtime(job.runtime, progress_factory=_download_progress)
     progress = for_terminal()
     progress.stage("load models", None, unit="model")
@@ -178,7 +180,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _download_progress(item: fetch.Downloadable):  # -> callback or None
+def _download_progress(item: fetch.Downloadable) -> Callable[[int, int | None], None] | None:
+    """A tqdm byte bar for one download when stderr is a terminal."""
     from tqdm import tqdm
 
     if not sys.stderr.isatty():
@@ -214,7 +217,8 @@ def cmd_models(args: argparse.Namespace) -> int:
     return _models_fetch(manifest, runtime, ids)
 
 
-def _file_status(runtime: Runtime, file) -> str:  # -> "embedded" | "present" | "missing" | "mismatch"
+def _file_status(runtime: Runtime, file: FileSpec) -> str:
+    """The file's state: embedded, present, missing or mismatch (wrong sha256); embedded files are not hashed."""
     if file.embedded:
         return "embedded" if file.package_dir() is not None else "missing"
     return fetch.verify(file, runtime.folders.models).replace("ok", "present")

@@ -62,7 +62,7 @@ SETTINGS_GROUPS: dict[str, type[_Settings]] = {"video": VideoSettings, "runtime"
 class Preset(BaseModel):
     """A named, reusable set of choices: the processor chain and every option, without target or output."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     processors: tuple[str, ...] = Field(min_length=1)
     options: dict[str, ProcessorOptions] = Field(default_factory=dict)

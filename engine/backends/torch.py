@@ -42,7 +42,8 @@ def load_state_dict(path: Path) -> StateDict:
 
 
 def state_dict_from_numpy(arrays: Mapping[str, npt.NDArray[np.float32]]) -> StateDict:
-    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    """Torch tensors owning copies of the arrays (the ncnn reader hands out read-only views)."""
+    return {k: torch.from_numpy(np.array(v, dtype=np.float32, copy=True)) for k, v in arrays.items()}
 
 
 def build_module(state_dict: StateDict, arch: str, scale: int) -> torch.nn.Module:

@@ -27,7 +27,10 @@ from engine.models import fetch
 from engine.models.manifest import FileSpec, Manifest, ModelSpec
 
 if TYPE_CHECKING:
+    import torch
+
     from engine.job import RuntimeSettings
+    from engine.models.ncnn import NcnnModel
 
 log = logging.getLogger(__name__)
 
@@ -213,13 +216,13 @@ class Runtime:
             tmp_path.unlink(missing_ok=True)
         return target
 
-    def _read_ncnn(self, file: FileSpec):  # -> ncnn.NcnnModel
+    def _read_ncnn(self, file: FileSpec) -> NcnnModel:
         from engine.models import ncnn
 
         param = self.local_path(file)
         return ncnn.load(param, param.with_name(Path(file.bin or "").name))
 
-    def _torch_module(self, spec: ModelSpec, file: FileSpec):  # -> torch.nn.Module
+    def _torch_module(self, spec: ModelSpec, file: FileSpec) -> torch.nn.Module:
         try:
             from engine.backends import torch as tb
         except ImportError as exc:
