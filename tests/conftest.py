@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import re
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from typing_extensions import override  # typing.override needs Python 3.12
+
+from engine import video
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -122,3 +125,15 @@ def server() -> Iterator[Server]:
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=5)
+
+
+def make_rotated(source: Path, output: Path) -> None:
+    """Stream-copy `source` with a 90° display rotation: `-display_rotation` on FFmpeg ≥ 7, where the `rotate`
+    tag is no longer turned into a display matrix; the `rotate` tag on older FFmpeg, which lacks the option."""
+    ffmpeg = video.find_ffmpeg()
+    modern = [ffmpeg, "-nostdin", "-v", "error", "-y", "-display_rotation", "90", "-i", str(source), "-c", "copy",
+              str(output)]  # fmt: skip
+    if subprocess.run(modern, capture_output=True, check=False).returncode != 0:
+        legacy = [ffmpeg, "-nostdin", "-v", "error", "-y", "-i", str(source), "-c", "copy",
+                  "-metadata:s:v", "rotate=90", str(output)]  # fmt: skip
+        subprocess.run(legacy, capture_output=True, check=True)

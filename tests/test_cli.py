@@ -267,3 +267,38 @@ def test_ctrl_c_cancels_cleanly(tmp_path: Path) -> None:
     assert err.strip() == "error: cancelled by the user; nothing was written"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.mp4"]
     assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+
+
+def test_rotated_and_vfr_targets_through_the_whole_run(tmp_path: Path) -> None:
+    from conftest import make_rotated
+
+    ffmpeg = video.find_ffmpeg()
+    base = ["-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc2=size=48x32:rate=25:duration=0.6"]
+    x264 = ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"]
+    upright = tmp_path / "upright.mp4"
+    subprocess.run([ffmpeg, *base, *x264, str(upright)], check=True)
+    rotated = tmp_path / "rotated.mp4"
+    make_rotated(upright, rotated)
+    vfr = tmp_path / "vfr.mp4"
+    setpts = "setpts='if(lt(N,5),N,5+(N-5)*3)/(25*TB)'"
+    subprocess.run([ffmpeg, *base, "-vf", setpts, "-fps_mode", "passthrough", *x264, str(vfr)], check=True)
+
+    for target, size in ((rotated, (64, 96)), (vfr, (96, 64))):
+        out = tmp_path / f"out_{target.name}"
+        assert cli.main(["run", "--target", str(target), "--output", str(out), "--yes"]) == 0
+        src, res = video.probe(target), video.probe(out)
+        assert res.frame_count == src.frame_count == 15
+        assert (res.width, res.height) == size and res.rotation == 0
+        assert abs(res.duration - src.duration) <= 1 / src.fps
+
+
+def test_presets_check_reports_invalid_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text('processors = ["frame_enhancer"]\n[frame_enhancer]\nscale = 3\n')
+    bad.write_text('processors = ["frame_enhancer"]\n[frame_enhancer]\nblend = 150\n')
+    assert cli.main(["presets", "check", str(good)]) == 0
+    assert cli.main(["presets", "check", str(good), str(bad)]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"invalid  {bad}: frame_enhancer.blend: Input should be less than or equal to 100 (got 150)"
+    assert cli.main(["presets", "schema"]) == 0
+    assert json.loads(capsys.readouterr().out)["properties"]["frame_enhancer"]["title"].startswith("Frame enhancer")

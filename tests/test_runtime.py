@@ -186,6 +186,12 @@ def test_models_fetch_cli_full_resume_and_mismatch(
     assert err.startswith("error: ") and "tiny.pth" in err and "sha256" in err
     assert list(models.iterdir()) == []
 
+    # A placed file with other bytes: verify says so (exit 3) and leaves it for the user to inspect.
+    (models / "tiny.pth").write_bytes(b"tampered")
+    assert cli.main(["models", "verify", "realesr_general_x4v3"]) == 3
+    assert capsys.readouterr().out.startswith("mismatch")
+    assert (models / "tiny.pth").read_bytes() == b"tampered"
+
 
 def test_models_list_json_reports_availability(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import make_rotated
 from PIL import Image
 
 from engine import video
@@ -99,18 +100,8 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         paths[key] = root / names[key]
         _ffmpeg(*args, str(paths[key]))
     paths["rotated"] = root / "rotated.mp4"
-    _make_rotated(paths["cfr"], paths["rotated"])
+    make_rotated(paths["cfr"], paths["rotated"])
     return paths
-
-
-def _make_rotated(source: Path, output: Path) -> None:
-    """Stream-copy `source` with a 90° display rotation: `-display_rotation` on FFmpeg ≥ 7, where the `rotate`
-    tag is no longer turned into a display matrix; the `rotate` tag on older FFmpeg, which lacks the option."""
-    ffmpeg = video.find_ffmpeg()
-    modern = [ffmpeg, "-nostdin", "-v", "error", "-y", "-display_rotation", "90", "-i", str(source), "-c", "copy",
-              str(output)]  # fmt: skip
-    if subprocess.run(modern, capture_output=True, check=False).returncode != 0:
-        _ffmpeg("-i", str(source), "-c", "copy", "-metadata:s:v", "rotate=90", str(output))
 
 
 @pytest.fixture(params=["ffprobe", "ffmpeg-only"])
