@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,21 @@ from engine.job import Job, Preset, RuntimeSettings, apply_overrides, load_prese
 from engine.models import fetch
 from engine.models.manifest import FileSpec, Manifest
 from engine.models.runtime import Runtime
+from engine.processor import FrameProcessor
 from engine.progress import for_terminal
-from processors import REGISTRY, build_chain
 
 log = logging.getLogger("facestudio")
 
 ROOT = Path(__file__).resolve().parent
 DEMO_DIR = ROOT / "outputs" / "demo"
+
+
+def registry() -> Mapping[str, type[FrameProcessor]]:
+    """The processor registry, imported on first use so that a broken plugin or manifest is reported by `main`
+    as a one-line error instead of failing at import time."""
+    from processors import REGISTRY
+
+    return REGISTRY
 
 
 class UsageError(FacestudioError):
@@ -49,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--target", type=Path, help="image or video to process")
     run.add_argument("--output", type=Path, help="where to write the result (same kind as the target)")
     run.add_argument("--source", type=Path, action="append", default=[], help="source face image (repeatable)")
-    run.add_argument("--processors", nargs="+", metavar="ID", help=f"chain, in order: {', '.join(REGISTRY)}")
+    run.add_argument("--processors", nargs="+", metavar="ID", help=f"chain, in order: {', '.join(registry())}")
     run.add_argument("--preset", help="preset name (presets/NAME.toml) or TOML file; default: 'default'")
     run.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE", help="override one setting")
     run.add_argument("--backend", choices=["auto", "onnx", "torch"])
@@ -82,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Errors reach the user as one `error:` line; the log is for --debug (what fell back, what was cached …).
+    logging.basicConfig(level=logging.DEBUG if debug else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         args = build_parser().parse_args(argv)
         handler = {"run": cmd_run, "models": cmd_models, "presets": cmd_presets}[args.command]
@@ -105,6 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM (a service manager, `kill`) cancels like Ctrl-C: the job cleans up and exits 4."""
+    raise KeyboardInterrupt
+
+
 # -- run ------------------------------------------------------------------------------------------------------
 def require_consent(yes: bool) -> None:
     """Stop unless the notice was acknowledged: before on this machine, by --yes/env, or now at a prompt."""
@@ -116,7 +132,10 @@ def require_consent(yes: bool) -> None:
             "or run once in a terminal and answer the prompt"
         )
     print(consent.NOTICE, file=sys.stderr)
-    answer = input("Type 'yes' to acknowledge and continue: ").strip().lower()
+    try:
+        answer = input("Type 'yes' to acknowledge and continue: ").strip().lower()
+    except EOFError:
+        answer = ""
     if answer != "yes":
         raise ConsentRequired("the responsible-use notice was not acknowledged; nothing was done")
     consent.acknowledge()
@@ -132,7 +151,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
         raw = load_preset_raw(args.preset or "default")
     if args.processors:
         raw["processors"] = list(args.processors)
-    raw = apply_overrides(raw, args.set, REGISTRY)
+    raw = apply_overrides(raw, args.set, registry())
     runtime = dict(raw.get("runtime", {}))
     if args.backend:
         runtime["backend"] = args.backend
@@ -146,7 +165,7 @@ def job_from_args(args: argparse.Namespace) -> Job:
             raw[key] = str(value)
     if args.source:
         raw["sources"] = [str(p) for p in args.source]
-    return Job.parse(raw, REGISTRY)
+    return Job.parse(raw, registry())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -165,8 +184,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         DEMO_DIR.mkdir(parents=True, exist_ok=True)
         demo.make_clip(job.target)
     runtime = Runtime(job.runtime, progress_factory=_download_progress)
+    from processors import build_chain
+
     progress = for_terminal()
-    progress.stage("load models", None, unit="model")
     chain = build_chain(job, runtime)
     report = pipeline.run(job, chain, runtime, progress)
     w0, h0 = report.input_size
@@ -205,13 +225,12 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "list":
         return _models_list(manifest, runtime, args.json)
     ids = list(args.ids)
-    if getattr(args, "preset", None):
-        preset = Preset.parse(load_preset_raw(args.preset), REGISTRY)
-        ids += [preset.options[p].model for p in preset.processors if hasattr(preset.options[p], "model")]
     for model_id in ids:
         manifest.get(model_id)
     if args.action == "verify":
         return _models_verify(manifest, runtime, ids or list(manifest.models))
+    if getattr(args, "preset", None):
+        return _models_fetch_preset(runtime, args.preset)
     if not ids:
         raise UsageError("name the models to fetch (see `python launch.py models list`) or give --preset")
     return _models_fetch(manifest, runtime, ids)
@@ -281,16 +300,31 @@ def _models_verify(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
     return 0
 
 
+def _models_fetch_preset(runtime: Runtime, preset_name: str) -> int:
+    """Fetch what a preset's chain needs to run on its backend: nothing when embedded files serve it."""
+    preset = Preset.parse(load_preset_raw(preset_name), registry())
+    runtime = Runtime(preset.runtime, manifest=runtime.manifest, folders=runtime.folders,
+                      progress_factory=_download_progress)  # fmt: skip
+    ids = [m for p in preset.processors for m in registry()[p].model_ids(preset.options[p])]
+    for model_id in ids:
+        print(f"licence: {runtime.manifest.get(model_id).licence_line()}", file=sys.stderr)
+    for file in runtime.ensure(ids):
+        print(f"ok {runtime.local_path(file)}")
+    return 0
+
+
 def _models_fetch(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
+    """Download the named models: for an embedded model its official original files; otherwise the one file
+    the default backend would load (not every alternative variant)."""
     items = []
     for model_id in ids:
         spec = manifest.get(model_id)
         # The licence is shown before any byte is downloaded.
         print(f"licence: {spec.licence_line()}", file=sys.stderr)
-        downloadable = [f for f in spec.files if not f.embedded]
-        if not downloadable:
-            print(f"{model_id}: embedded in an installed package, nothing to download", file=sys.stderr)
-        items += downloadable
+        if spec.embedded:
+            items += [f for f in spec.files if not f.embedded]
+        else:
+            items.append(runtime.choose_file(spec, runtime.backend_for(None)))
     paths = fetch.ensure(items, runtime.folders.models, offline=False, progress_factory=_download_progress)
     for path in paths:
         print(f"ok {path}")
@@ -302,18 +336,18 @@ def cmd_presets(args: argparse.Namespace) -> int:
     from engine.job import PRESETS_DIR
 
     if args.action == "schema":
-        print(json.dumps(preset_schema(REGISTRY), indent=2))
+        print(json.dumps(preset_schema(registry()), indent=2))
         return 0
     if args.action == "list":
         for path in sorted(PRESETS_DIR.glob("*.toml")):
-            preset = Preset.parse(load_preset_raw(path), REGISTRY)
+            preset = Preset.parse(load_preset_raw(path), registry())
             print(f"{path.stem:<20} {' → '.join(preset.processors)}")
         return 0
     files = args.files or sorted(PRESETS_DIR.glob("*.toml"))
     failed = 0
     for path in files:
         try:
-            Preset.parse(load_preset_raw(path), REGISTRY)
+            Preset.parse(load_preset_raw(path), registry())
             print(f"ok       {path}")
         except InvalidJob as exc:
             failed += 1

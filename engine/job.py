@@ -17,11 +17,13 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import InvalidJob
+from engine.ffmpeg_commands import X264_PRESETS
 from engine.processor import FrameProcessor, ProcessorOptions
 
 Registry = Mapping[str, type[FrameProcessor]]
@@ -38,9 +40,7 @@ class VideoSettings(_Settings):
 
     encoder: Literal["libx264"] = "libx264"
     crf: int = Field(default=18, ge=0, le=51, description="x264 quality: lower is better and bigger")
-    preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow"] = (
-        "medium"
-    )
+    preset: Literal[X264_PRESETS] = "medium"  # type: ignore[valid-type]
     keep_audio: bool = Field(default=True, description="copy the target's first audio stream into the output")
 
 
@@ -56,7 +56,31 @@ class RuntimeSettings(_Settings):
     offline: bool = Field(default=False, description="never download; fail naming the missing files")
 
 
-SETTINGS_GROUPS: dict[str, type[_Settings]] = {"video": VideoSettings, "runtime": RuntimeSettings}
+class FacesSettings(_Settings):
+    """Which faces every face processor works on, and how they are found (one group for the whole chain).
+
+    reference_distance: faces closer than this to the reference are selected, in the analyser's own metric
+    (None = the analyser's same-person threshold: dlib 0.6 euclidean, ArcFace 0.6 cosine distance).
+    """
+
+    analyser: Literal["embedded", "buffalo_l"] = Field(
+        default="embedded", description="embedded: dlib, offline; buffalo_l: InsightFace (download, non-commercial)"
+    )
+    detector: Literal["hog", "cnn"] = Field(default="hog", description="embedded analyser: HOG (fast) or CNN (slow)")
+    selector: Literal["one", "many", "reference"] = Field(
+        default="one", description="one face (by order), every face, or faces like the reference"
+    )
+    order: Literal["largest", "left-right", "right-left", "top-bottom", "best-score"] = "largest"
+    reference_image: Path | None = Field(default=None, description="image of the person to replace")
+    reference_frame: int = Field(default=0, ge=0, description="else: the target frame the reference face is taken from")
+    reference_distance: float | None = Field(default=None, gt=0.0)
+    redetect_every: int = Field(default=10, ge=1, le=1000, description="frames between full detections")
+    qa_every: int = Field(default=1, ge=0, description="identity QA on every Nth processed frame (0 = off)")
+
+
+SETTINGS_GROUPS: Mapping[str, type[_Settings]] = MappingProxyType(
+    {"faces": FacesSettings, "video": VideoSettings, "runtime": RuntimeSettings}
+)
 
 
 class Preset(BaseModel):
@@ -66,6 +90,7 @@ class Preset(BaseModel):
 
     processors: tuple[str, ...] = Field(min_length=1)
     options: dict[str, ProcessorOptions] = Field(default_factory=dict)
+    faces: FacesSettings = FacesSettings()
     video: VideoSettings = VideoSettings()
     runtime: RuntimeSettings = RuntimeSettings()
 
@@ -79,6 +104,7 @@ class Preset(BaseModel):
         raw: dict[str, Any] = {"processors": list(self.processors)}
         for pid, opts in self.options.items():
             raw[pid] = opts.model_dump(mode="json", exclude_none=True)
+        raw["faces"] = self.faces.model_dump(mode="json")
         raw["video"] = self.video.model_dump(mode="json")
         raw["runtime"] = self.runtime.model_dump(mode="json")
         return raw
@@ -97,9 +123,14 @@ class Job(Preset):
         for key in ("target", "output"):
             if not raw.get(key):
                 raise InvalidJob(f"a job needs {key} (--{key} PATH)")
+            if not isinstance(raw[key], str | Path):
+                raise InvalidJob(f"{key} must be a path, got {raw[key]!r}")
+        sources = raw.get("sources", [])
+        if not isinstance(sources, list | tuple) or not all(isinstance(p, str | Path) for p in sources):
+            raise InvalidJob(f"sources must be a list of paths, got {sources!r}")
         fields["target"] = Path(raw["target"])
         fields["output"] = Path(raw["output"])
-        fields["sources"] = tuple(Path(p) for p in raw.get("sources", ()))
+        fields["sources"] = tuple(Path(p) for p in sources)
         return cls(**fields)
 
     def to_raw(self) -> dict[str, Any]:
@@ -116,6 +147,10 @@ def _parse_common(raw: Mapping[str, Any], registry: Registry, allowed: set[str])
     processors = raw.get("processors")
     if isinstance(processors, str):
         processors = [processors]
+    if processors is not None and (
+        not isinstance(processors, list | tuple) or not all(isinstance(p, str) for p in processors)
+    ):
+        raise InvalidJob(f"processors must be a list of processor ids, got {processors!r}")
     if not processors:
         raise InvalidJob(f"no processors chosen; choose from: {', '.join(registry)}")
     for pid in processors:

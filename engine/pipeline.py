@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import queue
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 
 from engine import video
 from engine.errors import Cancelled, InvalidInput
+from engine.ffmpeg_commands import MUXERS
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor
@@ -29,8 +31,8 @@ from engine.types import Frame
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
-VIDEO_SUFFIXES = {".mp4", ".mov", ".mkv", ".m4v"}
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff"}
+# Image formats that can carry the synthetic-media tags; a BMP target is written as PNG.
+TAGGABLE_IMAGE_FORMATS = frozenset({"PNG", "JPEG", "WEBP", "TIFF"})
 _END = object()
 
 
@@ -95,19 +97,43 @@ def synthetic_metadata(job: Job) -> dict[str, str]:
     }
 
 
+def image_output_format(target_format: str) -> str:
+    """The Pillow format an image output must have: the target's, or PNG for a format that cannot carry tags."""
+    return target_format if target_format in TAGGABLE_IMAGE_FORMATS else "PNG"
+
+
 def check_paths(job: Job, info: video.MediaInfo) -> None:
-    """Refuse outputs that would overwrite the target or cannot hold the target's kind of media."""
+    """Refuse, before any work, outputs that would overwrite an input, cannot be written, or cannot hold the
+    target's kind of media (video: an H.264 container; image: the target's own format)."""
     out = job.output
-    if out.exists() and out.resolve() == job.target.resolve():
-        raise InvalidInput(f"the output {out} is the target itself; choose another output path")
+    for given in (job.target, *job.sources):
+        if out.exists() and out.resolve() == given.resolve():
+            raise InvalidInput(f"the output {out} is one of the inputs; choose another output path")
     if out.is_dir():
         raise InvalidInput(f"the output {out} is a folder; give a file name such as {out / 'result.mp4'}")
-    allowed = VIDEO_SUFFIXES if info.kind == "video" else IMAGE_SUFFIXES
-    if out.suffix.lower() not in allowed:
+    suffix = out.suffix.lower()
+    if info.kind == "video" and suffix not in MUXERS:
         raise InvalidInput(
-            f"the target is a {info.kind} but the output ends in {out.suffix or '(nothing)'}; "
-            f"use one of {', '.join(sorted(allowed))}"
+            f"the target is a video but the output ends in {out.suffix or '(nothing)'}; "
+            f"use one of {', '.join(sorted(MUXERS))}"
         )
+    if info.kind == "image":
+        wanted = image_output_format(info.format_name)
+        if video.IMAGE_FORMATS.get(suffix) != wanted:
+            endings = ", ".join(s for s, f in video.IMAGE_FORMATS.items() if f == wanted)
+            raise InvalidInput(
+                f"the target is a {info.format_name} image, so the output must be {wanted} ({endings}); got {out.name}"
+            )
+    folder = out.parent
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(existing)
+        # Permission bits do not tell (root, read-only mounts, /proc): try what the writer will do.
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError:
+        raise InvalidInput(f"cannot write {out}: {existing} is not a writable folder") from None
 
 
 def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: Progress | None = None) -> RunReport:
@@ -119,6 +145,8 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
     progress = progress or NullProgress()
     started = time.perf_counter()
     info = video.probe(job.target)
+    for source in job.sources:
+        video.probe(source)
     check_paths(job, info)
     job.output.parent.mkdir(parents=True, exist_ok=True)
     size = output_size(chain, info.width, info.height)
@@ -139,7 +167,8 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
         kind=info.kind,
         frames=frames,
         input_size=(info.width, info.height),
-        output_size=size,
+        # yuv420p video is padded to even sizes by the writer: report what the file holds.
+        output_size=size if info.kind == "image" else (size[0] + size[0] % 2, size[1] + size[1] % 2),
         seconds=time.perf_counter() - started,
         audio=audio,
         processors={p.id: p.describe() for p in chain},
@@ -283,7 +312,7 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo) -> None:
         "facestudio": VERSION,
         "synthetic": True,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "job": job.to_raw(),
+        "job": _replayable(job, report),
         "input": {
             "path": str(job.target),
             "kind": info.kind,
@@ -292,6 +321,7 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo) -> None:
             "height": info.height,
             "fps": info.fps_rational,
             "audio": info.has_audio,
+            "vfr": info.vfr,
         },
         "output": {
             "path": str(report.output),
@@ -306,6 +336,20 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo) -> None:
     tmp = report.sidecar.with_name(f".{report.sidecar.name}.partial")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, report.sidecar)
+
+
+def _replayable(job: Job, report: RunReport) -> dict[str, Any]:
+    """The job as `run --job` should replay it: absolute paths, and the backend that actually ran pinned."""
+    raw = job.to_raw()
+    raw["target"] = str(job.target.resolve())
+    raw["output"] = str(job.output.resolve())
+    raw["sources"] = [str(p.resolve()) for p in job.sources]
+    if job.faces.reference_image is not None:
+        raw["faces"]["reference_image"] = str(job.faces.reference_image.resolve())
+    backends = {d["backend"] for d in report.processors.values() if "backend" in d}
+    if len(backends) == 1:
+        raw["runtime"]["backend"] = backends.pop()
+    return raw
 
 
 def load_sidecar_job(path: Path) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -41,7 +41,6 @@ class FrameContext:
     index: int
     faces: tuple[Face, ...] = ()
     source: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class FrameProcessor(ABC, Generic[OptionsT]):
@@ -61,8 +60,10 @@ class FrameProcessor(ABC, Generic[OptionsT]):
         self.options = options
         self.runtime = runtime
 
-    def model_ids(self) -> list[str]:
-        """Manifest ids of the models this processor will load (for prefetch and `models fetch --preset`)."""
+    @classmethod
+    def model_ids(cls, options: ProcessorOptions) -> list[str]:
+        """Manifest ids of the models a processor with these options loads. A classmethod, so prefetch and
+        `models fetch --preset` can ask before anything is loaded."""
         return []
 
     def output_size(self, width: int, height: int) -> tuple[int, int]:

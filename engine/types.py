@@ -27,7 +27,8 @@ class Face:
     landmarks5: 5×2 float32 (eyes, nose tip, mouth corners) in frame pixels; always present.
     landmarks68: 68×2 float32 in frame pixels when a 68-point landmarker ran, else None.
     score: detector confidence in [0, 1].
-    embedding: L2-normalised identity vector, or None when no recogniser ran.
+    embedding: the recogniser's identity vector (ArcFace: L2-normalised 512-d; dlib: its raw 128-d descriptor,
+        whose euclidean metric and 0.6 threshold are defined on raw vectors), or None when no recogniser ran.
     recogniser: id of the model that produced `embedding`; embeddings of different recognisers are never compared.
     """
 

@@ -10,6 +10,7 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
+from engine.errors import InvalidJob
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_tensor, to_tensor
@@ -96,13 +97,20 @@ class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
 
     def __init__(self, options: FrameEnhancerOptions, runtime: Runtime) -> None:
         super().__init__(options, runtime)
+        self.native = runtime.manifest.get(options.model).scale
+        # Checked before loading, so a bad combination is reported without downloading anything.
+        if options.scale is not None and options.scale > self.native:
+            raise InvalidJob(
+                f"frame_enhancer.scale {options.scale:g} is above {options.model}'s native ×{self.native}; "
+                f"use a ×4 model or a scale ≤ {self.native}"
+            )
         self.loaded: LoadedModel = runtime.load(options.model, options.backend)
-        self.native = self.loaded.spec.scale
         self.scale = options.scale if options.scale is not None else float(self.native)
         self.batch = runtime.settings.batch
 
-    def model_ids(self) -> list[str]:
-        return [self.options.model]
+    @classmethod
+    def model_ids(cls, options: ProcessorOptions) -> list[str]:
+        return [options.model]  # type: ignore[attr-defined]
 
     def output_size(self, width: int, height: int) -> tuple[int, int]:
         return round(width * self.scale), round(height * self.scale)

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from engine.backends import Device
-from engine.backends.onnx import OnnxSession, provider_list
+from engine.backends.onnx import OnnxSession, gpu_visible, provider_list
 from engine.errors import BackendUnavailable
 
 
@@ -53,7 +53,17 @@ def test_cpu_session_reports_cpu_provider(tmp_path: Path) -> None:
 def test_auto_device_without_gpu_falls_back_to_cpu(tmp_path: Path) -> None:
     # On a machine without a usable GPU, "auto" must run (on the CPU) and say so; it never assumes CUDA ran.
     session = OnnxSession(_identity_model(tmp_path / "m.onnx"), Device.parse("auto"), cache_dir=tmp_path)
-    assert session.provider in {"CPUExecutionProvider", "CUDAExecutionProvider"}
+    if gpu_visible():
+        assert session.provider in {"CPUExecutionProvider", "CUDAExecutionProvider"}
+    else:
+        assert session.provider == "CPUExecutionProvider"
+
+
+@pytest.mark.skipif(gpu_visible(), reason="checks the refusal on a machine without a GPU")
+def test_explicit_cuda_without_gpu_is_one_typed_error(tmp_path: Path) -> None:
+    with pytest.raises(BackendUnavailable) as info:
+        OnnxSession(_identity_model(tmp_path / "m.onnx"), Device.parse("cuda"), cache_dir=tmp_path)
+    assert "\n" not in str(info.value) and "--device cpu" in str(info.value)
 
 
 def test_corrupt_model_is_a_typed_error(tmp_path: Path) -> None:

@@ -28,13 +28,21 @@ def test_defaults_and_round_trip() -> None:
 def test_overrides_are_typed_and_validated() -> None:
     raw = apply_overrides(
         BASE,
-        ["frame_enhancer.scale=2", "frame_enhancer.model=real_esrgan_x4plus", "runtime.batch=8", "video.crf=20"],
+        [
+            "frame_enhancer.scale=2",
+            "frame_enhancer.model=real_esrgan_x4plus",
+            "runtime.batch=8",
+            "video.crf=20",
+            "faces.selector=reference",
+            "faces.reference_image=ref.png",
+        ],
         REGISTRY,
     )
     job = parse(raw)
     assert job.options["frame_enhancer"].scale == 2.0
     assert job.options["frame_enhancer"].model == "real_esrgan_x4plus"
     assert job.runtime.batch == 8 and job.video.crf == 20
+    assert job.faces.selector == "reference" and job.faces.reference_image == Path("ref.png")
     assert BASE.get("frame_enhancer") is None  # the input mapping is not mutated
 
 
@@ -96,7 +104,7 @@ def test_missing_preset_names_the_builtin_ones() -> None:
 
 def test_schema_lists_every_processor_and_group() -> None:
     schema = preset_schema(REGISTRY)
-    assert set(schema["properties"]) == {"processors", "frame_enhancer", "video", "runtime"}
+    assert set(schema["properties"]) == {"processors", "frame_enhancer", "faces", "video", "runtime"}
     fe = schema["properties"]["frame_enhancer"]["properties"]
     assert fe["scale"]["anyOf"][0]["maximum"] == 4.0
     assert "realesr_animevideov3" in fe["model"]["enum"]

@@ -13,7 +13,7 @@ from conftest import Server
 from spandrel.architectures.Compact import Compact as SRVGGNetCompact
 
 import cli
-from engine.errors import BackendUnavailable, ChecksumMismatch, ModelUnavailable
+from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable
 from engine.job import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, Runtime
@@ -144,14 +144,18 @@ def test_weights_are_never_unpickled(tmp_path: Path) -> None:
     assert not (tmp_path / "pwned").exists()
 
 
-def test_torch_backend_cannot_load_an_onnx_only_model(tiny: tuple[Runtime, Path], tmp_path: Path) -> None:
+def test_a_file_that_is_not_what_the_manifest_says_is_a_typed_error(tiny: tuple[Runtime, Path], tmp_path: Path) -> None:
+    # The manifest calls the (pickled) tiny.pth an ONNX graph: loading it says so in one line, on either backend.
     text = (tmp_path / "manifest.toml").read_text().replace('format = "pth"', 'format = "onnx"')
     (tmp_path / "onnx_manifest.toml").write_text(text)
-    runtime = Runtime(
-        RuntimeSettings(), manifest=Manifest.load(tmp_path / "onnx_manifest.toml"), folders=tiny[0].folders
-    )
-    with pytest.raises(BackendUnavailable, match="exists only as onnx, which the torch backend cannot load"):
-        runtime.load("realesr_general_x4v3", "torch")
+    for backend in ("torch", "onnx"):
+        runtime = Runtime(
+            RuntimeSettings(device="cpu"), manifest=Manifest.load(tmp_path / "onnx_manifest.toml"),
+            folders=tiny[0].folders,
+        )  # fmt: skip
+        with pytest.raises((InvalidInput, BackendUnavailable), match="tiny.pth") as info:
+            runtime.load("realesr_general_x4v3", backend)
+        assert "\n" not in str(info.value)
 
 
 # -- `launch.py models` against a local HTTP server -------------------------------------------------------------

@@ -95,6 +95,9 @@ class OnnxSession:
             )
         if tensorrt:
             (cache_dir / "tensorrt").mkdir(parents=True, exist_ok=True)
+        # A provider that fails to load logs several lines through ORT's process-wide logger (the session's
+        # own level does not cover provider loading); the failure is reported below as one typed error.
+        ort.set_default_logger_severity(3 if device.kind == "cpu" else 4)
         try:
             self._session = ort.InferenceSession(
                 str(model),
@@ -109,7 +112,7 @@ class OnnxSession:
             if device.explicit:
                 raise BackendUnavailable(
                     f"ONNX Runtime could not start {usable[0][0]} (its CUDA/cuDNN libraries did not load) and fell "
-                    f"back to {self.provider}; run `python launch.py doctor` or use --device cpu"
+                    f"back to {self.provider}; install the CUDA 13 and cuDNN 9 libraries or use --device cpu"
                 )
             log.warning("ONNX Runtime fell back from %s to %s", usable[0][0], self.provider)
         self.input_names = [i.name for i in self._session.get_inputs()]

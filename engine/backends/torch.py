@@ -1,4 +1,5 @@
-"""PyTorch sessions: modules built by spandrel from a state dict, run under `inference_mode`, fp16 on CUDA.
+"""PyTorch sessions: modules built by spandrel from a state dict or converted from an ONNX graph (onnx2torch, for
+models published as ONNX only, e.g. InSwapper), run under `inference_mode`, fp16 on CUDA.
 
 Weights are only ever read with `torch.load(..., weights_only=True)` or from safetensors: never arbitrary
 pickles (DESIGN.md §11).
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,28 @@ def build_module(state_dict: StateDict, arch: str, scale: int) -> torch.nn.Modul
     return module.eval()
 
 
+def onnx_to_module(path: Path) -> torch.nn.Module:
+    """Convert the ONNX graph at `path` to an equivalent torch module (onnx2torch), in eval mode on the CPU.
+
+    The module takes the graph's inputs positionally in graph order and returns its one output, or a tuple of
+    its outputs in graph order. Only the graph's own operators run: nothing is unpickled.
+    """
+    import onnx
+    from onnx2torch import convert
+
+    try:
+        graph = onnx.load(str(path))
+    except Exception as exc:  # protobuf raises DecodeError and friends for files that are not ONNX.
+        raise InvalidInput(f"cannot read ONNX graph {path}: {exc}".splitlines()[0]) from exc
+    try:
+        module = convert(graph)
+    except Exception as exc:  # onnx2torch raises NotImplementedError (and others) for operators it lacks.
+        raise BackendUnavailable(
+            f"PyTorch cannot run {path.name}: onnx2torch failed ({exc}); use --backend onnx".splitlines()[0]
+        ) from exc
+    return module.eval()
+
+
 def resolve_device(device: Device) -> torch.device:
     if device.kind == "cuda":
         if torch.cuda.is_available() and device.index < torch.cuda.device_count():
@@ -75,24 +98,35 @@ def resolve_device(device: Device) -> torch.device:
 
 
 class TorchSession:
-    """A PyTorch module as a `Session`: one input (the first name), one output, float32 in and out."""
+    """A PyTorch module as a `Session`: float32 arrays in and out.
+
+    `input_names`: the module's positional inputs in order (one for an image-to-image net; a converted ONNX
+    graph's inputs in graph order). The module returns one tensor or a tuple/list of them (graph order).
+    """
 
     backend = "torch"
 
-    def __init__(self, module: torch.nn.Module, device: Device, *, fp16: bool = False, input_name: str = "input"):
+    def __init__(
+        self, module: torch.nn.Module, device: Device, *, fp16: bool = False, input_names: Sequence[str] = ("input",)
+    ):
         self.device = resolve_device(device)
         # fp16 only pays (and is only reliably accurate) on CUDA; CPU half kernels are slow or missing.
         self.dtype = torch.float16 if fp16 and self.device.type == "cuda" else torch.float32
         self.module = module.to(self.device, self.dtype).eval()
         self.provider = f"torch:{self.device}"
-        self.input_names = [input_name]
+        self.input_names = list(input_names)
 
     def run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
-        """Run on the float32 NCHW array under `inputs[input_name]`; returns [float32 output]."""
-        x = torch.from_numpy(np.ascontiguousarray(inputs[self.input_names[0]]))
+        """Run on the float32 arrays under `inputs[name]` for each of `input_names`; returns every output as
+        float32, in the module's (graph) order."""
+        xs = [
+            torch.from_numpy(np.ascontiguousarray(inputs[name])).to(self.device, self.dtype)
+            for name in self.input_names
+        ]
         with torch.inference_mode():
-            y = self.module(x.to(self.device, self.dtype))
-        return [y.float().cpu().numpy()]
+            y = self.module(*xs)
+        outputs = y if isinstance(y, tuple | list) else (y,)
+        return [t.float().cpu().numpy() for t in outputs]
 
 
 def export_onnx(module: torch.nn.Module, path: Path, *, channels: int = 3, opset: int = 17) -> None:

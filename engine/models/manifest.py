@@ -31,6 +31,10 @@ class IOSpec(_Strict):
     Input: a float32 NCHW tensor `x = (pixel / 255 - mean) / std`, channels in `colour` order.
     Output: NCHW in `colour` order, values in `output_range`, mapped linearly back to 0–255 and clamped
     (models overshoot their range).
+    `source`: a face swapper's second input, the 1×512 float32 identity latent, fed as is (not an image).
+    The graph takes its inputs in the order `input`, `source`.
+    `batch`: the batch size the graph's inputs declare when it is fixed (the released InSwapper files say 1, so
+    faces go one call each); None when N is free.
     """
 
     input: str = "input"
@@ -39,6 +43,13 @@ class IOSpec(_Strict):
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     std: tuple[float, float, float] = (1.0, 1.0, 1.0)
     output_range: tuple[float, float] = (0.0, 1.0)
+    source: str | None = None
+    batch: int | None = Field(default=None, ge=1)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The graph's inputs in the order it takes them."""
+        return (self.input,) if self.source is None else (self.input, self.source)
 
 
 class FileSpec(_Strict):
@@ -89,8 +100,17 @@ class FileSpec(_Strict):
         return Path(next(iter(spec.submodule_search_locations)))
 
 
+Template = Literal["arcface_112", "arcface_128", "ffhq_512"]
+
+
 class ModelSpec(_Strict):
-    """A model in the catalogue. `scale` is the native upscale factor (1 for non-upscalers)."""
+    """A model in the catalogue. `scale` is the native upscale factor (1 for non-upscalers).
+
+    `input_size`: side in pixels of the square image the model takes: the aligned crop of a face model, the
+    canvas a detector letterboxes the frame into; None for models that take any size (upscalers).
+    `template`: the 5-point alignment template of the crop (engine/faces/align.py), for face models fed
+    aligned crops.
+    """
 
     id: str
     task: str
@@ -102,6 +122,8 @@ class ModelSpec(_Strict):
     scale: int = Field(default=1, ge=1, le=8)
     io: IOSpec
     tile_pad: int = Field(default=0, ge=0)
+    input_size: int | None = Field(default=None, ge=1)
+    template: Template | None = None
     files: tuple[FileSpec, ...] = Field(min_length=1)
 
     @property

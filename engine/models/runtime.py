@@ -6,7 +6,8 @@ loads stay warm for the rest of the job.
 Which file serves a model (all files of a model hold the same weights):
 1. a present file in the backend's native format, downloaded files before embedded ones (the official files
    are float32; the embedded ncnn copies are stored as float16);
-2. a present file of another format that can be converted (ncnn → ONNX graph or state dict; pth → ONNX export);
+2. a present file of another format that can be converted (ncnn → ONNX graph or state dict; pth → ONNX export;
+   ONNX → torch module);
 3. otherwise a downloadable file is fetched (or, offline, `ModelUnavailable` names every missing file).
 Derived files (ONNX graphs) are cached in the cache folder under the source's sha256.
 """
@@ -16,9 +17,10 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from engine.backends import BackendName, Device, Session
@@ -36,10 +38,16 @@ log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 
-NATIVE: dict[BackendName, tuple[str, ...]] = {
-    "onnx": ("onnx", "ncnn", "pth", "safetensors"),
-    "torch": ("pth", "safetensors", "ncnn"),
-}
+# Bump when the ncnn → ONNX conversion or the ONNX export changes, so cached graphs are rebuilt.
+CONVERTER_VERSION = 1
+
+NATIVE: Mapping[BackendName, tuple[str, ...]] = MappingProxyType(
+    {
+        "onnx": ("onnx", "ncnn", "pth", "safetensors"),
+        # ONNX last: a graph converted by onnx2torch serves models published as ONNX only (InSwapper, buffalo_l).
+        "torch": ("pth", "safetensors", "ncnn", "onnx"),
+    }
+)
 
 ProgressFactory = Callable[[fetch.Downloadable], Callable[[int, int | None], None] | None]
 
@@ -136,11 +144,6 @@ class Runtime:
     def choose_file(self, spec: ModelSpec, backend: BackendName) -> FileSpec:
         """The file that will serve `spec` on `backend` (see the module docstring for the order)."""
         usable = [f for f in spec.files if f.format in NATIVE[backend]]
-        if not usable:
-            formats = ", ".join(sorted({f.format for f in spec.files}))
-            raise BackendUnavailable(
-                f"model {spec.id} exists only as {formats}, which the {backend} backend cannot load; use --backend onnx"
-            )
 
         def rank(f: FileSpec) -> tuple[int, int, int]:
             return (0 if self.is_present(f) else 1, 1 if f.embedded else 0, NATIVE[backend].index(f.format))
@@ -196,7 +199,8 @@ class Runtime:
         )
 
     def _derived_onnx(self, spec: ModelSpec, file: FileSpec) -> Path:
-        target = self.folders.cache / "onnx" / f"{spec.id}-{file.key[:32]}.onnx"
+        # The whole content key (ncnn: .param and .bin) and the converter's version name the derived graph.
+        target = self.folders.cache / "onnx" / f"{spec.id}-{file.key}-c{CONVERTER_VERSION}.onnx"
         if target.is_file():
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -227,6 +231,8 @@ class Runtime:
             from engine.backends import torch as tb
         except ImportError as exc:
             raise BackendUnavailable(f"{file.filename} needs PyTorch to load ({exc}); pip install torch") from exc
+        if file.format == "onnx":
+            return tb.onnx_to_module(self.local_path(file))
         if file.format == "ncnn":
             from engine.models import ncnn
 
@@ -238,8 +244,12 @@ class Runtime:
     def _open_torch(self, spec: ModelSpec, file: FileSpec) -> Session:
         from engine.backends.torch import TorchSession
 
+        # A converted ONNX graph keeps the precision its graph fixes (Cast nodes, fp16 files): halving it breaks them.
         return TorchSession(
-            self._torch_module(spec, file), self._device(), fp16=self.settings.fp16, input_name=spec.io.input
+            self._torch_module(spec, file),
+            self._device(),
+            fp16=self.settings.fp16 and file.format != "onnx",
+            input_names=spec.io.input_names,
         )
 
 
