@@ -174,13 +174,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.demo:
         if args.target or args.job:
             raise UsageError("--demo makes its own target; drop --target/--job")
+        from engine import demo
+
         args.target = DEMO_DIR / "astronaut.mp4"
         args.output = args.output or DEMO_DIR / "astronaut_out.mp4"
+        args.source = args.source or [demo.source_photo()]
     job = job_from_args(args)
     require_consent(args.yes)
     if args.demo:
-        from engine import demo
-
         DEMO_DIR.mkdir(parents=True, exist_ok=True)
         demo.make_clip(job.target)
     runtime = Runtime(job.runtime, progress_factory=_download_progress)
@@ -192,11 +193,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     w0, h0 = report.input_size
     w1, h1 = report.output_size
     audio = "audio kept" if report.audio else "no audio"
+    faces = ""
+    if report.frames_without_face is not None:
+        faces = f", {report.faces_processed} faces processed, {report.frames_without_face} frames without a face"
     print(
         f"done: {report.frames} frame{'s' if report.frames != 1 else ''} {w0}×{h0} → {w1}×{h1} in "
-        f"{report.seconds:.1f} s ({report.fps:.2f} fps), {', '.join(job.processors)} on {report.providers()}, "
-        f"{audio} → {report.output} (+ {report.sidecar.name})"
+        f"{report.seconds:.1f} s ({report.fps:.2f} fps), {', '.join(job.processors)} on {report.providers()}"
+        f"{faces}, {audio} → {report.output} (+ {report.sidecar.name})"
     )
+    qa = report.identity
+    if qa and qa.get("faces_checked"):
+        flagged = qa["flagged_frames"]
+        listed = f": frames {', '.join(map(str, flagged[:20]))}{' …' if len(flagged) > 20 else ''}" if flagged else ""
+        print(
+            f"identity: distance to the source {qa['mean_distance_before']:.2f} → {qa['mean_distance_after']:.2f} "
+            f"on average (worst {qa['worst_distance_after']:.2f}, frame {qa['worst_frame']}; same person below "
+            f"{qa['threshold']:g}), {len(flagged)} of {qa['faces_checked']} checked faces flagged{listed}"
+        )
     return 0
 
 

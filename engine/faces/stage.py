@@ -1,0 +1,129 @@
+"""The pipeline's face stage: one analyser per job, faces found once per frame, chosen by the job's `faces`
+settings, and the source identity computed once per job. Processors read the result from `FrameContext`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from engine import video
+from engine.errors import InvalidInput
+from engine.faces import FaceAnalyser
+from engine.faces.select import order_faces, source_identity
+from engine.faces.tracking import FaceTracker
+from engine.job import FacesSettings
+from engine.models.runtime import Runtime
+from engine.types import Face, Frame
+
+log = logging.getLogger(__name__)
+
+
+def build_analyser(settings: FacesSettings, runtime: Runtime) -> FaceAnalyser:
+    """The analyser `faces.analyser` names: dlib (embedded, offline) or InsightFace buffalo_l (downloaded)."""
+    if settings.analyser == "buffalo_l":
+        from engine.faces.buffalo import BuffaloAnalyser
+
+        return BuffaloAnalyser(runtime)
+    from engine.faces.embedded import EmbeddedAnalyser
+
+    return EmbeddedAnalyser(settings.detector)
+
+
+@dataclass(frozen=True)
+class SourceFace:
+    """One source photo (H×W×3 uint8 RGB) and its face (with landmarks and the analyser's embedding)."""
+
+    image: Frame
+    face: Face
+    name: str
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """The job's source person: the mean embedding of all source faces (in `recogniser`'s space) and the faces."""
+
+    embedding: npt.NDArray[np.float32]
+    recogniser: str
+    faces: tuple[SourceFace, ...]
+
+
+def load_sources(analyser: FaceAnalyser, paths: Sequence[Path]) -> SourceIdentity:
+    """Read, detect and embed every source image; NoFaceInSource names the images without a face."""
+    images = [video.read_image(p)[0] for p in paths]
+    embedding, found = source_identity(analyser, images, [str(p) for p in paths])
+    faces = tuple(SourceFace(img, face, str(p)) for (img, face), p in zip(found, paths, strict=True))
+    return SourceIdentity(np.asarray(embedding, np.float32), analyser.recogniser, faces)
+
+
+@dataclass
+class FaceStage:
+    """Finds the faces to process on each frame of one job, in frame order (it tracks between detections)."""
+
+    settings: FacesSettings
+    analyser: FaceAnalyser
+    source: SourceIdentity | None
+    reference: npt.NDArray[np.float32] | None
+    tracker: FaceTracker
+    _decided: dict[int, bool] = field(default_factory=dict)
+    _chosen: int | None = None
+
+    @classmethod
+    def create(cls, settings: FacesSettings, runtime: Runtime, sources: Sequence[Path], target: Path) -> FaceStage:
+        analyser = build_analyser(settings, runtime)
+        source = load_sources(analyser, sources) if sources else None
+        reference = _reference(settings, analyser, target) if settings.selector == "reference" else None
+        tracker = FaceTracker(analyser, redetect_every=settings.redetect_every)
+        return cls(settings, analyser, source, reference, tracker)
+
+    @property
+    def threshold(self) -> float:
+        return self.settings.reference_distance or self.analyser.threshold
+
+    def analyse(self, frame: Frame) -> tuple[Face, ...]:
+        """The faces of this frame (the next one of the video) that the processors should work on, in order.
+
+        Decisions are made per track, not per frame, so the chosen face does not flicker between people:
+        `one` keeps following the face it chose while it is tracked; `reference` embeds each new track once.
+        """
+        tracks = {t.track_id: t.face for t in self.tracker.update(frame)}
+        if not tracks:
+            return ()
+        if self.settings.selector == "many":
+            return tuple(order_faces(list(tracks.values()), self.settings.order))
+        if self.settings.selector == "one":
+            if self._chosen not in tracks:
+                first = order_faces(list(tracks.values()), self.settings.order)[0]
+                self._chosen = next(tid for tid, f in tracks.items() if f is first)
+            return (tracks[self._chosen],)
+        undecided = [tid for tid in tracks if tid not in self._decided]
+        if undecided:
+            embedded = self.analyser.embed(frame, [tracks[t] for t in undecided])
+            for tid, face in zip(undecided, embedded, strict=True):
+                assert face.embedding is not None and self.reference is not None
+                self._decided[tid] = self.analyser.distance(face.embedding, self.reference) < self.threshold
+        chosen = [f for tid, f in tracks.items() if self._decided[tid]]
+        return tuple(order_faces(chosen, self.settings.order))
+
+
+def _reference(settings: FacesSettings, analyser: FaceAnalyser, target: Path) -> npt.NDArray[np.float32]:
+    """The embedding of the person to replace: the largest face of the reference image, or of target frame N."""
+    if settings.reference_image is not None:
+        frame, where = video.read_image(settings.reference_image)[0], str(settings.reference_image)
+    else:
+        where = f"frame {settings.reference_frame} of {target}"
+        with video.FrameReader(target) as reader:
+            frame = next((f for i, f in enumerate(reader) if i == settings.reference_frame), None)
+        if frame is None:
+            raise InvalidInput(f"faces.reference_frame {settings.reference_frame} is past the end of {target}")
+    faces = analyser.detect(frame)
+    if not faces:
+        raise InvalidInput(f"no face found in {where} to use as the reference; choose another image or frame")
+    (face,) = analyser.embed(frame, order_faces(faces, "largest")[:1])
+    assert face.embedding is not None
+    return face.embedding
