@@ -37,9 +37,9 @@ def camera(i: int, count: int) -> tuple[float, float, float]:
     """Crop centre (x, y) in photo pixels and crop width for frame `i`: a slow drift and zoom around the face."""
     t = i / max(count - 1, 1)
     return (
-        256.0 + 40.0 * math.sin(2 * math.pi * t),
-        190.0 + 25.0 * math.sin(4 * math.pi * t),
-        400.0 - 120.0 * math.sin(math.pi * t),
+        230.0 + 30.0 * math.sin(2 * math.pi * t),
+        135.0 + 12.0 * math.sin(4 * math.pi * t),
+        360.0 - 110.0 * math.sin(math.pi * t),
     )
 
 

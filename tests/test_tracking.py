@@ -177,7 +177,6 @@ def test_smoothing_halves_jitter_with_bounded_lag() -> None:
         smooth_arr = np.array([of(face) for face in smooth], np.float64)
         ratio = jitter(smooth_arr, truth) / jitter(raw_arr, truth)
         lag = mean_error(smooth_arr, truth) - mean_error(raw_arr, truth)
-        # Measured: jitter ratio ≈ 0.38 (landmarks), 0.41 (box); mean error +0.2 to +0.4 px over the raw detector's.
         assert ratio <= 0.5, f"{name}: smoothed jitter is {ratio:.2f} of the detector's"
         assert lag <= 1.0, f"{name}: smoothing adds {lag:.2f} px of mean error (lag)"
 

@@ -110,6 +110,50 @@ class TrackerStats:
     filled: int
 
 
+class ShapeSmoother:
+    """Smooths a face's landmarks in the face's own frame, so the face's motion is not smoothed (no lag).
+
+    Each observation is split into a pose (centroid, RMS size, rotation against the track's first shape, fitted
+    over all points, so its noise is about 1/√N of one point's) and a normalised shape. Only the shape is
+    low-passed (one-euro filter, in normalised units: min_cutoff in Hz, beta in Hz per unit/s): it holds the
+    per-point detector noise and changes only with expression; the pose is used as measured, so a moving or
+    scaling face is followed without delay.
+    """
+
+    def __init__(self, min_cutoff: float = 1.0, beta: float = 1.0) -> None:
+        self.filter = OneEuroFilter(min_cutoff, beta)
+        self.reference: npt.NDArray[np.float64] | None = None
+
+    def reset(self) -> None:
+        self.filter.reset()
+        self.reference = None
+
+    def __call__(
+        self, points: npt.ArrayLike, dt: float, pose_points: npt.ArrayLike | None = None
+    ) -> npt.NDArray[np.float32]:
+        """Smoothed N×2 points (pixels) for this observation, `dt` seconds after the previous one.
+
+        pose_points: more points of the same face (the 68 landmarks, for the 5) to measure the pose on: a pose
+        fitted on 5 noisy points would carry their noise into every point.
+        """
+        pts = np.asarray(points, dtype=np.float64)
+        basis = pts if pose_points is None else np.asarray(pose_points, dtype=np.float64)
+        centre = basis.mean(axis=0)
+        size = float(np.sqrt(((basis - centre) ** 2).sum(axis=1).mean())) or 1.0
+        normalised = (basis - centre) / size
+        if self.reference is None or self.reference.shape != normalised.shape:
+            self.reference = normalised
+            self.filter.reset()
+        # Procrustes: the rotation that best maps the reference shape onto this one.
+        u, _, vt = np.linalg.svd(self.reference.T @ normalised)
+        if np.linalg.det(u @ vt) < 0:
+            u[:, -1] *= -1
+        rotation = u @ vt
+        shape = ((pts - centre) / size) @ rotation.T
+        smoothed = self.filter(shape, dt)
+        return (smoothed @ rotation * size + centre).astype(np.float32)
+
+
 class _TrackState:
     """The tracker's memory of one face: its smoothing filters, recent motion, and the frame it was last seen on."""
 
@@ -118,8 +162,11 @@ class _TrackState:
     ) -> None:
         self.track_id = track_id
         self.box_filter = OneEuroFilter(*filters)
-        self.landmarks5_filter = OneEuroFilter(*filters)
-        self.landmarks68_filter = OneEuroFilter(*filters)
+        # 5 points alone carry too little to measure a pose on: without 68 landmarks (buffalo_l) they are
+        # filtered in pixels instead, which lags a little behind fast motion.
+        self.landmarks5_filter = ShapeSmoother()
+        self.landmarks5_pixels = OneEuroFilter(*filters)
+        self.landmarks68_filter = ShapeSmoother()
         # (frame index, centre x, centre y, size) of the raw 5-point landmarks of the last few observations.
         self.motion: deque[tuple[int, float, float, float]] = deque(maxlen=history)
         self.last_seen = frame_index
@@ -129,13 +176,18 @@ class _TrackState:
         """Feed the face found on `frame_index` through the filters; return it with smoothed box and landmarks."""
         dt = (frame_index - self.last_seen) * frame_seconds
         box = self.box_filter(face.box, dt)
-        landmarks5 = self.landmarks5_filter(face.landmarks5, dt)
+        if face.landmarks68 is not None:
+            landmarks5 = self.landmarks5_filter(face.landmarks5, dt, pose_points=face.landmarks68)
+            self.landmarks5_pixels.reset()
+        else:
+            landmarks5 = self.landmarks5_pixels(face.landmarks5, dt)
+            self.landmarks5_filter.reset()
         landmarks68 = None
         if face.landmarks68 is None:
             # The 68-point history no longer describes the face once a frame lacks it; restart from the next fit.
             self.landmarks68_filter.reset()
         else:
-            landmarks68 = self.landmarks68_filter(face.landmarks68, dt).astype(np.float32)
+            landmarks68 = self.landmarks68_filter(face.landmarks68, dt)
         centre, size = _centre_and_size(face.landmarks5)
         self.motion.append((frame_index, float(centre[0]), float(centre[1]), size))
         self.last_seen = frame_index
