@@ -32,6 +32,11 @@ def build_analyser(settings: FacesSettings, runtime: Runtime) -> FaceAnalyser:
         return BuffaloAnalyser(runtime)
     from engine.faces.embedded import EmbeddedAnalyser
 
+    # The dlib files are checked against the manifest's sha256 once per process (a tampered file is refused).
+    needed = ["dlib_landmarks_68", "dlib_resnet_v1"] + (["dlib_mmod_detector"] if settings.detector == "cnn" else [])
+    for model_id in needed:
+        for file in runtime.manifest.get(model_id).files:
+            runtime.is_present(file)
     return EmbeddedAnalyser(settings.detector)
 
 

@@ -60,7 +60,7 @@ class FileSpec(_Strict):
     `size` is in bytes; sha256 values are lower-case hex.
     """
 
-    format: Literal["onnx", "pth", "safetensors", "ncnn"]
+    format: Literal["onnx", "pth", "safetensors", "ncnn", "dlib"]
     filename: str
     sha256: Sha256 = Field(pattern=r"^[0-9a-f]{64}$")
     size: int | None = Field(default=None, ge=1)
@@ -120,7 +120,7 @@ class ModelSpec(_Strict):
     homepage: str
     arch: str
     scale: int = Field(default=1, ge=1, le=8)
-    io: IOSpec
+    io: IOSpec = IOSpec()
     tile_pad: int = Field(default=0, ge=0)
     input_size: int | None = Field(default=None, ge=1)
     template: Template | None = None
