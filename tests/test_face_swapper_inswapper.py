@@ -3,8 +3,9 @@ files' exact signatures (tests/test_buffalo_inswapper.py builds them): source Gr
 the embedded dlib analyser finding the faces, on both backends; pixel boost; a video target; and, with the real
 manifest, the offline error that names what to download.
 
-The models come from a temp manifest that copies the real entries of `inswapper_128` and `buffalo_l_w600k_r50`
-(their I/O specs, templates and input sizes) with url/size/sha256 pointed at the tiny files over file://.
+The models come from a temp manifest: the built-in one, with the file tables of `inswapper_128` and
+`buffalo_l_w600k_r50` replaced by tiny files over file:// (url, size, sha256); their real I/O specs, templates and
+input sizes are kept.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import pytest
 from test_buffalo_inswapper import CountingSession, tiny_arcface, tiny_inswapper
 
 import cli
-import processors  # noqa: F401  (imported now, under the built-in manifest: frame_enhancer reads it at import)
 from engine import demo, video
 from engine.faces import inswapper
 from engine.faces.align import estimate_affine, warp_face
@@ -36,45 +36,45 @@ from engine.models.tensor import to_tensor
 from engine.types import Face
 
 SWAPPER, RECOGNISER = "inswapper_128", "buffalo_l_w600k_r50"
-SECTIONS = ("io.inswapper", "io.arcface", f"models.{SWAPPER}", f"models.{RECOGNISER}")
 
 
 # -- the temp manifest ----------------------------------------------------------------------------------------
-def _sections(text: str) -> dict[str, str]:
-    """The TOML text of each table (`[name]` and `[[name]]` headers), keyed by its header, files in order."""
-    out: dict[str, str] = {}
-    header, lines = "", []
+def _tables(text: str) -> list[tuple[str, str]]:
+    """The TOML text split into (header name, text) per table (`[name]` and `[[name]]`), in file order; the
+    text before the first header has the name ""."""
+    tables: list[tuple[str, str]] = []
+    name, lines = "", []
     for line in text.splitlines():
         match = re.match(r"^\[\[?([^\]]+)\]\]?\s*$", line)
         if match:
-            out[header] = "\n".join(lines)
-            header, lines = match[1], []
-            while header in out:  # repeated [[x.files]] tables
-                header += "+"
+            tables.append((name, "\n".join(lines)))
+            name, lines = match[1], []
         lines.append(line)
-    out[header] = "\n".join(lines)
-    return out
+    tables.append((name, "\n".join(lines)))
+    return tables
 
 
 def write_manifest(path: Path, files: dict[str, Path]) -> Path:
-    """The real manifest's sections for the two models (io spec, template, input_size …), each with one file
-    table: the real first file's format and name, with url/size/sha256 of the tiny file at `files[id]`."""
-    real = _sections(MANIFEST_PATH.read_text(encoding="utf-8"))
-    parts = [real[name] for name in SECTIONS]
+    """The built-in manifest with the file tables of the models in `files` replaced by one table each: the real
+    first file's format and name, with url/size/sha256 of the tiny file at `files[id]`. Everything else (their
+    io specs, templates and input sizes; the embedded models the dlib analyser verifies) is copied as it is."""
+    tables = _tables(MANIFEST_PATH.read_text(encoding="utf-8"))
+    replaced = {f"models.{model_id}.files" for model_id in files}
+    parts = [text for name, text in tables if name not in replaced]
     for model_id, tiny in files.items():
-        first = real[f"models.{model_id}.files"]
-        filename = re.search(r'^filename = "([^"]+)"', first, re.M)
-        assert filename is not None
+        first = next(text for name, text in tables if name == f"models.{model_id}.files")
+        fmt, filename = (re.search(rf'^{key} = "([^"]+)"', first, re.M) for key in ("format", "filename"))
+        assert fmt is not None and filename is not None
         data = tiny.read_bytes()
         parts.append(
             f"[[models.{model_id}.files]]\n"
-            f'format = "onnx"\n'
+            f'format = "{fmt[1]}"\n'
             f'filename = "{filename[1]}"\n'
             f'url = "{tiny.as_uri()}"\n'
             f"size = {len(data)}\n"
             f'sha256 = "{hashlib.sha256(data).hexdigest()}"\n'
         )
-    path.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
     return path
 
 
