@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import cv2
 import numpy as np
@@ -17,13 +17,17 @@ from engine.models.tensor import from_tensor, to_tensor
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame
 
-MODEL_IDS = tuple(m.id for m in Manifest.load().for_task("frame_enhancer"))
-ModelId = Literal[MODEL_IDS]  # type: ignore[valid-type]
+
+def _model_ids() -> list[str]:
+    """The frame_enhancer models of the active catalogue (read when asked: the catalogue can be swapped)."""
+    return [m.id for m in Manifest.load().for_task("frame_enhancer")]
 
 
 class FrameEnhancerOptions(ProcessorOptions):
-    model: ModelId = Field(  # type: ignore[valid-type]
-        default="realesr_animevideov3", description="Real-ESRGAN model (all embedded ones work offline)"
+    model: str = Field(
+        default="realesr_animevideov3",
+        description="Real-ESRGAN model (all embedded ones work offline)",
+        json_schema_extra=lambda schema: schema.update(enum=_model_ids()),
     )
     scale: float | None = Field(
         default=None,
@@ -33,6 +37,13 @@ class FrameEnhancerOptions(ProcessorOptions):
     )
     blend: int = Field(default=100, ge=0, le=100, description="% of the enhanced frame over a plain bicubic resize")
     tile: int = Field(default=512, ge=0, description="tile edge in input pixels, 0 = whole frame at once")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value not in _model_ids():
+            raise ValueError(f"unknown frame_enhancer model {value!r}; known: {', '.join(_model_ids())}")
+        return value
 
     @field_validator("tile")
     @classmethod

@@ -64,7 +64,7 @@ def test_unknown_override_keys(sets: list[str], message: str) -> None:
     ("override", "fragment"),
     [
         ({"frame_enhancer": {"scale": 5}}, "frame_enhancer.scale: Input should be less than or equal to 4"),
-        ({"frame_enhancer": {"model": "gfpgan"}}, "frame_enhancer.model: Input should be"),
+        ({"frame_enhancer": {"model": "gfpgan"}}, "frame_enhancer.model: Value error, unknown frame_enhancer model"),
         ({"frame_enhancer": {"tile": 8}}, "frame_enhancer.tile: Value error, tile must be 0"),
         ({"runtime": {"device": "tpu"}}, "runtime.device: String should match pattern"),
         ({"processors": ["face_morpher"]}, "unknown processor 'face_morpher'; available: face_swapper, frame_enhancer"),

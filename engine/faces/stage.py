@@ -35,7 +35,9 @@ def build_analyser(settings: FacesSettings, runtime: Runtime) -> FaceAnalyser:
     # The dlib files are checked against the manifest's sha256 once per process (a tampered file is refused).
     needed = ["dlib_landmarks_68", "dlib_resnet_v1"] + (["dlib_mmod_detector"] if settings.detector == "cnn" else [])
     for model_id in needed:
-        for file in runtime.manifest.get(model_id).files:
+        # A mirror's catalogue may leave the embedded entries out; then there is nothing to check against.
+        spec = runtime.manifest.models.get(model_id)
+        for file in spec.files if spec is not None else ():
             runtime.is_present(file)
     return EmbeddedAnalyser(settings.detector)
 
