@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.errors import ModelUnavailable
+from engine.faces.ibug68 import LEFT_EYE, MOUTH_LEFT, MOUTH_RIGHT, NOSE_TIP, RIGHT_EYE
 from engine.types import Face, Frame, check_frame
 
 log = logging.getLogger(__name__)
@@ -254,7 +255,13 @@ def landmarks5(points68: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """5 landmarks in the ArcFace template's order from 68 (iBUG 300-W numbering), image-left first: the eye
     centres (means of points 36–41 and 42–47), the nose tip (30), the mouth corners (48, 54). 5×2 float32."""
     return np.stack(
-        [points68[36:42].mean(axis=0), points68[42:48].mean(axis=0), points68[30], points68[48], points68[54]]
+        [
+            points68[LEFT_EYE].mean(axis=0),
+            points68[RIGHT_EYE].mean(axis=0),
+            points68[NOSE_TIP],
+            points68[MOUTH_LEFT],
+            points68[MOUTH_RIGHT],
+        ]
     ).astype(np.float32)
 
 

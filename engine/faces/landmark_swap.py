@@ -22,8 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.faces import colour
+from engine.faces.ibug68 import LEFT_EYE, MOUTH, RIGHT_EYE
 from engine.faces.masks import landmark_mask
-from engine.faces.warp import LEFT_EYE, MOUTH, RIGHT_EYE, Points, delaunay, extend_with_forehead, warp_triangles
+from engine.faces.warp import Points, delaunay, extend_with_forehead, warp_triangles
 from engine.types import Frame
 
 # Points the alignment is fitted on: eye corners and the nose bridge/tip, which expressions barely move.

@@ -7,11 +7,9 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from engine.faces.ibug68 import BROWS, CHIN, INNER_MOUTH, JAW, MOUTH_LEFT, MOUTH_RIGHT
 from engine.types import Mask
 
-JAW = slice(0, 17)
-BROWS = slice(17, 27)
-INNER_MOUTH = slice(60, 68)
 # The landmarks stop at the brows; the hull's brow points are moved this fraction of the brow-to-chin distance
 # further up the face (along the chin → brow axis, so roll is followed) to take in the lower forehead, where a
 # swap's brows and skin would otherwise end in a visible line.
@@ -62,7 +60,7 @@ def landmark_mask(
     if blur_px < 0:
         raise ValueError(f"blur_px must be ≥ 0, got {blur_px}")
     jaw, brows = points[JAW], points[BROWS]
-    up = brows.mean(axis=0) - points[8]
+    up = brows.mean(axis=0) - points[CHIN]
     raised = brows + FOREHEAD_RAISE * up
     face = _fill(height, width, cv2.convexHull(np.concatenate([jaw, raised]).astype(np.float32))[:, 0])
     if blur_px > 0:
@@ -72,7 +70,7 @@ def landmark_mask(
         mask = _blur(mask, blur_px / 4)
     if exclude_mouth:
         mouth = points[INNER_MOUTH]
-        mouth_width = float(np.linalg.norm(points[54] - points[48]))
+        mouth_width = float(np.linalg.norm(points[MOUTH_RIGHT] - points[MOUTH_LEFT]))
         hole = _grow(_fill(height, width, mouth), MOUTH_DILATION * mouth_width + blur_px / 2).astype(np.float32)
         if blur_px > 0:
             hole = _blur(hole, blur_px / 4)

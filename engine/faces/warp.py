@@ -11,19 +11,11 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from engine.faces.ibug68 import BROWS, CHIN, NOSE_BRIDGE_TOP
 from engine.types import Frame
 
 Points = npt.NDArray[np.float32]
 
-# 68-point indices (iBUG 300-W layout).
-JAW = np.arange(0, 17)
-BROWS = np.arange(17, 27)
-NOSE_BRIDGE_TOP = 27
-CHIN = 8
-LEFT_EYE = np.arange(36, 42)
-RIGHT_EYE = np.arange(42, 48)
-MOUTH = np.arange(48, 68)
-INNER_MOUTH = np.arange(60, 68)
 
 # Forehead points are raised from the brows along the face's chin→brow axis by this fraction of the
 # chin-to-nose-bridge height: enough to cover the brows and the lower forehead, where identity also lives.
