@@ -107,8 +107,17 @@ class TorchSession:
     backend = "torch"
 
     def __init__(
-        self, module: torch.nn.Module, device: Device, *, fp16: bool = False, input_names: Sequence[str] = ("input",)
+        self,
+        module: torch.nn.Module,
+        device: Device,
+        *,
+        fp16: bool = False,
+        input_names: Sequence[str] = ("input",),
+        threads: int = 0,
     ):
+        if threads > 0:
+            # PyTorch's intra-op pool is process-wide; 0 keeps its default (one thread per physical core).
+            torch.set_num_threads(threads)
         self.device = resolve_device(device)
         # fp16 only pays (and is only reliably accurate) on CUDA; CPU half kernels are slow or missing.
         self.dtype = torch.float16 if fp16 and self.device.type == "cuda" else torch.float32

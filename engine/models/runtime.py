@@ -258,6 +258,7 @@ class Runtime:
             self._device(),
             fp16=self.settings.fp16 and file.format != "onnx",
             input_names=spec.io.input_names,
+            threads=self.settings.threads,
         )
 
 
