@@ -287,7 +287,7 @@ def _models_list(manifest: Manifest, runtime: Runtime, as_json: bool) -> int:
         return 0
     print(f"models folder: {runtime.folders.models}")
     for row in rows:
-        use = "" if row["commercial_use"] else ", non-commercial"
+        use = "" if row["commercial_use"] else " [NON-COMMERCIAL]"
         print(f"{row['id']:<30} {row['task']:<15} {row['licence']}{use} — {row['title']}")
         for f in row["files"]:
             print(f"    {f['status']:<9} {f['format']:<5} {f['file']} ({f['size'] / 1e6:.1f} MB)")

@@ -13,14 +13,14 @@ import queue
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from engine import video
-from engine.errors import Cancelled, InvalidInput
+from engine.errors import Cancelled, InvalidInput, InvalidJob
 from engine.faces.qa import IdentityQA
 from engine.faces.stage import FaceStage
 from engine.ffmpeg_commands import MUXERS
@@ -153,7 +153,7 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
     for source in job.sources:
         video.probe(source)
     check_paths(job, info)
-    faces = _face_stage(job, chain, runtime)
+    faces = _face_stage(job, chain, runtime, info)
     job.output.parent.mkdir(parents=True, exist_ok=True)
     size = output_size(chain, info.width, info.height)
     try:
@@ -188,54 +188,71 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
 
 @dataclass
 class _Faces:
-    """The face stage of a run and its counters."""
+    """The face stage of a run, its identity QA and its counters."""
 
     stage: FaceStage
     qa: IdentityQA | None
     faces: int = 0
     empty_frames: int = 0
 
-    def contexts(self, first: int, frames: Sequence[Frame]) -> list[FrameContext]:
-        ctxs = []
-        for i, frame in enumerate(frames):
-            found = self.stage.analyse(frame)
+    def annotate(self, frames: Iterable[Frame]) -> Iterator[tuple[Frame, FrameContext]]:
+        for index, (frame, found) in enumerate(self.stage.annotate(frames)):
             self.faces += len(found)
             self.empty_frames += not found
-            ctxs.append(FrameContext(index=first + i, faces=found, source=self.stage.source))
-        return ctxs
-
-    def check(self, before: Sequence[Frame], after: Sequence[Frame], ctxs: Sequence[FrameContext]) -> None:
-        if self.qa is not None:
-            for b, a, ctx in zip(before, after, ctxs, strict=True):
-                self.qa.check(ctx.index, b, a, ctx.faces)
+            yield frame, FrameContext(index=index, faces=found, source=self.stage.source)
 
 
-def _face_stage(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime) -> _Faces | None:
+def _face_stage(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: video.MediaInfo) -> _Faces | None:
     """The face stage when a processor of the chain needs faces (sources checked before any frame is read)."""
     if not any(p.needs_faces for p in chain):
         return None
+    for i, processor in enumerate(chain):
+        resizing = [p.id for p in chain[:i] if p.output_size(info.width, info.height) != (info.width, info.height)]
+        if processor.needs_faces and resizing:
+            raise InvalidJob(
+                f"{processor.id} must come before {', '.join(resizing)}: faces are found on the input frame"
+            )
     if any(p.needs_source for p in chain) and not job.sources:
         names = ", ".join(p.id for p in chain if p.needs_source)
         raise InvalidInput(f"{names} needs a source face: add --source IMAGE")
-    stage = FaceStage.create(job.faces, runtime, job.sources, job.target)
+    if job.faces.analyser == "buffalo_l" and any(p.needs_landmarks68 for p in chain):
+        names = ", ".join(p.id for p in chain if p.needs_landmarks68)
+        raise InvalidJob(
+            f"{names} needs 68-point landmarks, which buffalo_l does not give: use faces.analyser=embedded"
+        )
+    stage = FaceStage.create(job.faces, runtime, job.sources, job.target, fps=info.fps)
     qa = None
     if stage.source is not None and job.faces.qa_every > 0:
         qa = IdentityQA(stage.analyser, stage.source.embedding, every=job.faces.qa_every)
     return _Faces(stage, qa)
 
 
-def _contexts(faces: _Faces | None, first: int, frames: Sequence[Frame]) -> list[FrameContext]:
+def _process(
+    chain: Sequence[FrameProcessor], faces: _Faces | None, frames: list[Frame], ctxs: list[FrameContext]
+) -> list[Frame]:
+    """Run a batch through the chain; identity QA looks at the frames right after the last face processor (a later
+    processor, such as an upscaler, changes the size QA compares at)."""
+    if faces is None or faces.qa is None:
+        return process_batch(chain, frames, ctxs)
+    split = max(i for i, p in enumerate(chain) if p.needs_faces) + 1
+    swapped = process_batch(chain[:split], frames, ctxs)
+    for before, after, ctx in zip(frames, swapped, ctxs, strict=True):
+        faces.qa.check(ctx.index, before, after, ctx.faces)
+    return process_batch(chain[split:], swapped, ctxs)
+
+
+def _annotated(faces: _Faces | None, frames: Iterable[Frame]) -> Iterator[tuple[Frame, FrameContext]]:
     if faces is None:
-        return [FrameContext(index=first + i) for i in range(len(frames))]
-    return faces.contexts(first, frames)
+        return ((frame, FrameContext(index=i)) for i, frame in enumerate(frames))
+    return faces.annotate(frames)
 
 
 def _run_image(job: Job, chain: Sequence[FrameProcessor], size: tuple[int, int], faces: _Faces | None) -> None:
-    frame, alpha = video.read_image(job.target)
-    ctxs = _contexts(faces, 0, [frame])
-    result = process_frame(chain, frame, ctxs[0])
-    if faces is not None:
-        faces.check([frame], [result], ctxs)
+    image, alpha = video.read_image(job.target)
+    ((frame, ctx),) = _annotated(faces, [image])
+    if faces is not None and not ctx.faces:
+        raise InvalidInput(f"no face to process was found in {job.target} (faces.selector={job.faces.selector})")
+    (result,) = _process(chain, faces, [frame], [ctx])
     if (result.shape[1], result.shape[0]) != size:
         raise RuntimeError(f"the chain returned {result.shape[1]}×{result.shape[0]}, expected {size[0]}×{size[1]}")
     video.write_image(job.output, result, alpha=alpha, metadata=synthetic_metadata(job))
@@ -273,12 +290,9 @@ def _run_video(
         encode = _Worker("encode", lambda: _consume(encoded, writer.write, stop))
         count = 0
         try:
-            for frames in _batches(decoded, batch, decode):
-                ctxs = _contexts(faces, count, frames)
-                outs = process_batch(chain, frames, ctxs)
-                if faces is not None:
-                    faces.check(frames, outs, ctxs)
-                for out in outs:
+            for chunk in _chunks(_annotated(faces, _drain(decoded, decode)), batch):
+                frames = [frame for frame, _ in chunk]
+                for out in _process(chain, faces, frames, [ctx for _, ctx in chunk]):
                     _put(encoded, out, stop, encode)
                 count += len(frames)
                 progress.advance(len(frames))
@@ -348,8 +362,8 @@ def _consume(q: queue.Queue[Any], write: Callable[[Frame], None], stop: threadin
         write(item)
 
 
-def _batches(q: queue.Queue[Any], size: int, producer: _Worker) -> Iterator[list[Frame]]:
-    batch: list[Frame] = []
+def _drain(q: queue.Queue[Any], producer: _Worker) -> Iterator[Frame]:
+    """The decoded frames, in order, until the decoder's end marker; the decoder's error is raised here."""
     while True:
         try:
             item = q.get(timeout=0.1)
@@ -357,14 +371,20 @@ def _batches(q: queue.Queue[Any], size: int, producer: _Worker) -> Iterator[list
             producer.check()
             continue
         if item is _END:
-            break
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    producer.check()
-    if batch:
-        yield batch
+            producer.check()
+            return
+        yield item
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo) -> None:
@@ -411,7 +431,8 @@ def _replayable(job: Job, report: RunReport) -> dict[str, Any]:
     raw["sources"] = [str(p.resolve()) for p in job.sources]
     if job.faces.reference_image is not None:
         raw["faces"]["reference_image"] = str(job.faces.reference_image.resolve())
-    backends = {d["backend"] for d in report.processors.values() if "backend" in d}
+    # Only model backends are pinned (a processor that runs no model reports e.g. "opencv").
+    backends = {d["backend"] for d in report.processors.values() if d.get("backend") in ("onnx", "torch")}
     if len(backends) == 1:
         raw["runtime"]["backend"] = backends.pop()
     return raw

@@ -55,6 +55,8 @@ class FrameProcessor(ABC, Generic[OptionsT]):
     Options: ClassVar[type[ProcessorOptions]]
     needs_faces: ClassVar[bool] = False
     needs_source: ClassVar[bool] = False
+    # Set by a processor whose current options need 68-point landmarks (the buffalo_l analyser has only 5).
+    needs_landmarks68: bool = False
 
     def __init__(self, options: OptionsT, runtime: Runtime) -> None:
         self.options = options

@@ -62,6 +62,9 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         self.swapper: LoadedModel | None = None
         self.recogniser: LoadedModel | None = None
         self._latent: npt.NDArray[np.float32] | None = None
+        self.needs_landmarks68 = options.model == "landmark_warp"
+        if options.model == "landmark_warp" and options.mask == "box":
+            raise InvalidJob("face_swapper.mask=box is for InSwapper; landmark_warp blends along the face outline")
         if options.model != "landmark_warp":
             # Both files checked first, so one error names everything that is missing.
             runtime.ensure(self.model_ids(options), options.backend)

@@ -67,6 +67,8 @@ class BuffaloAnalyser:
         better one by more than this IoU are dropped (insightface: 0.4). det_size: side in pixels of the detector
         canvas, a multiple of 32 (default: the manifest's 640).
         """
+        # Both checked first, so one error names every missing file.
+        runtime.ensure([DETECTOR, RECOGNISER], backend)
         self._detector: LoadedModel = runtime.load(DETECTOR, backend)
         self._recogniser: LoadedModel = runtime.load(RECOGNISER, backend)
         self._score_threshold = score_threshold

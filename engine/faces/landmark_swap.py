@@ -19,7 +19,6 @@ from typing import Literal
 
 import cv2
 import numpy as np
-import numpy.typing as npt
 
 from engine.faces import colour
 from engine.faces.ibug68 import LEFT_EYE, MOUTH, RIGHT_EYE
@@ -29,9 +28,11 @@ from engine.types import Frame
 
 # Points the alignment is fitted on: eye corners and the nose bridge/tip, which expressions barely move.
 STABLE = np.array([36, 39, 42, 45, 27, 28, 29, 30, 31, 35])
-# The anchor ring sits this many face sizes out from the face's centre: the reshape warp fades to zero there.
-RING_RADIUS = 1.05
-RING_POINTS = 16
+# The anchor ring follows the face outline (jaw and forehead), this many times farther from the face's centre:
+# the reshape warp fades to zero there, so nothing beyond it (hair, hats, collars, background) moves.
+RING_SCALE = 1.25
+# Jaw (0–16) then forehead (the extended points 68–77, right to left): the outline in order around the face.
+OUTLINE = np.r_[np.arange(0, 17), np.arange(77, 67, -1)]
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,13 @@ def _spread(points: Points) -> float:
     return float(np.sqrt(((points - points.mean(axis=0)) ** 2).sum(axis=1).mean()))
 
 
-def _ring(center: npt.NDArray[np.float32], radius: float) -> Points:
-    angles = np.linspace(0, 2 * np.pi, RING_POINTS, endpoint=False)
-    return (center + radius * np.stack([np.cos(angles), np.sin(angles)], axis=1)).astype(np.float32)
+def anchor_ring(old_ext: Points, new_ext: Points) -> Points:
+    """Fixed anchors around a face: each outline point of the old or the new geometry (whichever lies farther
+    from the centre) pushed out by RING_SCALE. Both geometries are 78×2 (`extend_with_forehead`)."""
+    centre = old_ext[OUTLINE].mean(axis=0)
+    old, new = old_ext[OUTLINE] - centre, new_ext[OUTLINE] - centre
+    farther = np.where((np.linalg.norm(new, axis=1) > np.linalg.norm(old, axis=1))[:, None], new, old)
+    return (centre + RING_SCALE * farther).astype(np.float32)
 
 
 def swap(
@@ -94,8 +99,7 @@ def swap(
     dst68 = np.asarray(target68, np.float32)
     new68 = target_geometry(src68, dst68) if options.reshape else dst68.copy()
     size = face_size(dst68)
-    center = dst68.mean(axis=0)
-    ring = _ring(center, RING_RADIUS * size)
+    ring = anchor_ring(extend_with_forehead(dst68), extend_with_forehead(new68))
     h, w = target.shape[:2]
     x0, y0 = np.floor(np.maximum(ring.min(axis=0), 0)).astype(int)
     x1, y1 = np.ceil(np.minimum(ring.max(axis=0) + 1, [w, h])).astype(int)
@@ -118,8 +122,11 @@ def swap(
 
     src_ext = extend_with_forehead(src68)
     face_tris = delaunay(new_ext, rw, rh)
-    texture, _ = warp_triangles(source, src_ext, (rh, rw), new_ext, face_tris)
+    texture, covered = warp_triangles(source, src_ext, (rh, rw), new_ext, face_tris)
     mask = landmark_mask((rh, rw), new68 - offset, exclude_mouth=options.keep_mouth, blur_px=options.feather * size)
+    # Only where the source texture was drawn: a degenerate triangle (a closed mouth's inner lips) or the edge
+    # of the hull must show the target, not the black of an empty pixel.
+    mask *= covered
     if options.colour != "none":
         texture = colour.transfer(texture, base, mask, options.colour)
     if options.blend == "poisson":

@@ -5,7 +5,8 @@ settings, and the source identity computed once per job. Processors read the res
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import numpy.typing as npt
 from engine import video
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
-from engine.faces.select import order_faces, source_identity
+from engine.faces.select import order_faces, select, source_identity
 from engine.faces.tracking import FaceTracker
 from engine.job import FacesSettings
 from engine.models.runtime import Runtime
@@ -48,7 +49,6 @@ class SourceFace:
 
     image: Frame
     face: Face
-    name: str
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def load_sources(analyser: FaceAnalyser, paths: Sequence[Path]) -> SourceIdentit
     """Read, detect and embed every source image; NoFaceInSource names the images without a face."""
     images = [video.read_image(p)[0] for p in paths]
     embedding, found = source_identity(analyser, images, [str(p) for p in paths])
-    faces = tuple(SourceFace(img, face, str(p)) for (img, face), p in zip(found, paths, strict=True))
+    faces = tuple(SourceFace(img, face) for img, face in found)
     return SourceIdentity(np.asarray(embedding, np.float32), analyser.recogniser, faces)
 
 
@@ -81,28 +81,55 @@ class FaceStage:
     _chosen: int | None = None
 
     @classmethod
-    def create(cls, settings: FacesSettings, runtime: Runtime, sources: Sequence[Path], target: Path) -> FaceStage:
+    def create(
+        cls, settings: FacesSettings, runtime: Runtime, sources: Sequence[Path], target: Path, fps: float = 30.0
+    ) -> FaceStage:
+        """`fps`: the target's frame rate, so smoothing works in seconds whatever the video's rate."""
+        if settings.reference_image is not None and settings.selector != "reference":
+            raise InvalidInput("faces.reference_image is set but faces.selector is not 'reference'; set both")
         analyser = build_analyser(settings, runtime)
         source = load_sources(analyser, sources) if sources else None
         reference = _reference(settings, analyser, target) if settings.selector == "reference" else None
-        tracker = FaceTracker(analyser, redetect_every=settings.redetect_every)
+        tracker = FaceTracker(analyser, redetect_every=settings.redetect_every, fps=fps or 30.0)
         return cls(settings, analyser, source, reference, tracker)
 
     @property
     def threshold(self) -> float:
         return self.settings.reference_distance or self.analyser.threshold
 
-    def analyse(self, frame: Frame) -> tuple[Face, ...]:
-        """The faces of this frame (the next one of the video) that the processors should work on, in order.
+    def annotate(self, frames: Iterable[Frame]) -> Iterator[tuple[Frame, tuple[Face, ...]]]:
+        """Each frame (in video order) with the faces the processors should work on, in order.
 
-        Decisions are made per track, not per frame, so the chosen face does not flicker between people:
-        `one` keeps following the face it chose while it is tracked; `reference` embeds each new track once.
+        A face the tracker could only extrapolate (nothing found it on that frame) is kept only if its track is
+        found again within the tracker's `max_gap` frames: frames are held back until that is known, so a face
+        that left the picture is not pasted onto whatever follows. Decisions are made per track, not per frame,
+        so the chosen face does not flicker between people: `one` keeps following the face it chose while it is
+        tracked; `reference` embeds each new track once.
         """
-        tracks = {t.track_id: t.face for t in self.tracker.update(frame)}
+        held: deque[tuple[Frame, dict[int, tuple[Face, bool]]]] = deque()
+        for frame in frames:
+            tracks = {t.track_id: (t.face, t.filled) for t in self.tracker.update(frame)}
+            found = {tid for tid, (_, filled) in tracks.items() if not filled}
+            for _, earlier in held:
+                for tid, (face, filled) in list(earlier.items()):
+                    if filled and tid in found:
+                        earlier[tid] = (face, False)  # the gap closed: the fill was right
+                    elif filled and tid not in tracks:
+                        del earlier[tid]  # the track ended: the fill was a ghost
+            held.append((frame, tracks))
+            while held and (len(held) > self.tracker.max_gap or not any(f for _, f in held[0][1].values())):
+                yield self._emit(*held.popleft())
+        while held:
+            yield self._emit(*held.popleft())
+
+    def _emit(self, frame: Frame, tracks: dict[int, tuple[Face, bool]]) -> tuple[Frame, tuple[Face, ...]]:
+        return frame, self._choose(frame, {tid: face for tid, (face, filled) in tracks.items() if not filled})
+
+    def _choose(self, frame: Frame, tracks: dict[int, Face]) -> tuple[Face, ...]:
         if not tracks:
             return ()
         if self.settings.selector == "many":
-            return tuple(order_faces(list(tracks.values()), self.settings.order))
+            return tuple(select(list(tracks.values()), selector="many", order=self.settings.order))
         if self.settings.selector == "one":
             if self._chosen not in tracks:
                 first = order_faces(list(tracks.values()), self.settings.order)[0]
@@ -111,9 +138,18 @@ class FaceStage:
         undecided = [tid for tid in tracks if tid not in self._decided]
         if undecided:
             embedded = self.analyser.embed(frame, [tracks[t] for t in undecided])
+            chosen_ids = {
+                id(f)
+                for f in select(
+                    embedded,
+                    selector="reference",
+                    reference=self.reference,
+                    reference_distance=self.threshold,
+                    analyser=self.analyser,
+                )
+            }
             for tid, face in zip(undecided, embedded, strict=True):
-                assert face.embedding is not None and self.reference is not None
-                self._decided[tid] = self.analyser.distance(face.embedding, self.reference) < self.threshold
+                self._decided[tid] = id(face) in chosen_ids
         chosen = [f for tid, f in tracks.items() if self._decided[tid]]
         return tuple(order_faces(chosen, self.settings.order))
 
