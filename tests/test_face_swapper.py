@@ -232,3 +232,16 @@ def test_a_face_that_leaves_is_not_pasted_on_what_follows(analyser: EmbeddedAnal
     found = [faces for _, faces in stage.annotate(frames)]
     assert all(len(f) == 1 for f in found[:12])
     assert all(len(f) == 0 for f in found[12:])
+
+
+def test_tracking_keeps_up_with_a_fast_move(analyser: EmbeddedAnalyser) -> None:
+    # 20 frames of the demo motion: about 16 px a frame on a 100 px face. Refits between detections must stay on
+    # the face (the verifying detector re-seeds a fit that drifted), not 30 px off it.
+    count, width, height = 20, 320, 180
+    frames = demo.frames(width, height, count)
+    photo68 = only_face(analyser, demo.photo()).landmarks68
+    tracker = FaceTracker(analyser)
+    for i, frame in enumerate(frames):
+        (track,) = tracker.update(frame)
+        error = np.linalg.norm(track.face.landmarks68 - _true_landmarks(photo68, i, count, width, height), axis=1)
+        assert error.mean() < 3.0, f"frame {i}: landmarks {error.mean():.1f} px off"

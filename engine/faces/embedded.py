@@ -56,6 +56,8 @@ VERIFY_FACE_PX = 80.0
 VERIFY_CROP_PER_SIDE = 2.0
 VERIFY_MARGIN = -0.3
 VERIFY_MIN_IOU = 0.3
+# A refit whose box overlaps the verifying detection less than this is redone from the detection's box.
+RESEED_IOU = 0.6
 # refit rejects a fit whose box side changed by more than this factor from the tracked box (the landmarks collapsed
 # onto a point or spread over the background) or whose box lies less than MIN_INSIDE inside the frame.
 MAX_SIDE_CHANGE = 1.6
@@ -189,10 +191,16 @@ class EmbeddedAnalyser:
         if inside < MIN_INSIDE:
             log.debug("refit rejected: %.0f%% of the box inside the frame", 100 * inside)
             return None
-        margin = self._verify(image, box)
-        if margin is None:
+        verified = self._verify(image, box)
+        if verified is None:
             log.debug("refit rejected: HOG finds no face at %s", box)
             return None
+        margin, hog_box = verified
+        if _iou(box, hog_box) < RESEED_IOU:
+            # The fit drifted (a fast move put the prediction off the face) while the verifying detector still
+            # sees the face: fit again in the detector's box, the start the predictor is most accurate from.
+            points = self._landmarks(image, _rectangle(self._dlib, hog_box))
+            box = _box_from_landmarks(points)
         return Face(box=box, landmarks5=landmarks5(points), score=margin_to_score(margin), landmarks68=points)
 
     def embed(self, frame: Frame, faces: Sequence[Face]) -> list[Face]:
@@ -226,8 +234,11 @@ class EmbeddedAnalyser:
         shape = self._predictor(image, rect)
         return np.array([(p.x, p.y) for p in shape.parts()], dtype=np.float32)
 
-    def _verify(self, image: np.ndarray, box: tuple[float, float, float, float]) -> float | None:
-        """HOG margin of the best detection overlapping `box` in a rescaled crop around it, or None."""
+    def _verify(
+        self, image: np.ndarray, box: tuple[float, float, float, float]
+    ) -> tuple[float, tuple[float, float, float, float]] | None:
+        """HOG margin and box (frame pixels) of the best detection overlapping `box` in a rescaled crop around
+        it, or None."""
         height, width = image.shape[:2]
         side = _side(box)
         cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
@@ -244,11 +255,14 @@ class EmbeddedAnalyser:
         rects, margins, _ = self._hog.run(np.ascontiguousarray(crop), 0, VERIFY_MARGIN)
         expected = tuple((v - o) * scale for v, o in zip(box, (x1, y1, x1, y1), strict=True))
         overlapping = [
-            m
+            (m, (r.left(), r.top(), r.right() + 1, r.bottom() + 1))
             for r, m in zip(rects, margins, strict=True)
             if _iou((r.left(), r.top(), r.right() + 1, r.bottom() + 1), expected) >= VERIFY_MIN_IOU
         ]
-        return max(overlapping) if overlapping else None
+        if not overlapping:
+            return None
+        margin, (left, top, right, bottom) = max(overlapping, key=lambda item: item[0])
+        return margin, (left / scale + x1, top / scale + y1, right / scale + x1, bottom / scale + y1)
 
 
 def landmarks5(points68: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
