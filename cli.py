@@ -201,6 +201,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{report.seconds:.1f} s ({report.fps:.2f} fps), {', '.join(job.processors)} on {report.providers()}"
         f"{faces}, {audio} → {report.output} (+ {report.sidecar.name})"
     )
+    if report.frames_without_face == report.frames:
+        print("warning: no face to process was found on any frame; the output equals the input", file=sys.stderr)
     qa = report.identity
     if qa and qa.get("faces_checked"):
         flagged = qa["flagged_frames"]
@@ -319,6 +321,10 @@ def _models_fetch_preset(runtime: Runtime, preset_name: str) -> int:
     runtime = Runtime(preset.runtime, manifest=runtime.manifest, folders=runtime.folders,
                       progress_factory=_download_progress)  # fmt: skip
     ids = [m for p in preset.processors for m in registry()[p].model_ids(preset.options[p])]
+    if preset.faces.analyser == "buffalo_l" and any(registry()[p].needs_faces for p in preset.processors):
+        from engine.faces.buffalo import DETECTOR, RECOGNISER
+
+        ids += [m for m in (DETECTOR, RECOGNISER) if m not in ids]
     for model_id in ids:
         print(f"licence: {runtime.manifest.get(model_id).licence_line()}", file=sys.stderr)
     for file in runtime.ensure(ids):

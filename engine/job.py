@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import InvalidJob
+from engine.faces.select import Order, Selector
 from engine.ffmpeg_commands import X264_PRESETS
 from engine.processor import FrameProcessor, ProcessorOptions
 
@@ -67,10 +68,10 @@ class FacesSettings(_Settings):
         default="embedded", description="embedded: dlib, offline; buffalo_l: InsightFace (download, non-commercial)"
     )
     detector: Literal["hog", "cnn"] = Field(default="hog", description="embedded analyser: HOG (fast) or CNN (slow)")
-    selector: Literal["one", "many", "reference"] = Field(
+    selector: Selector = Field(
         default="one", description="one face (by order), every face, or faces like the reference"
     )
-    order: Literal["largest", "left-right", "right-left", "top-bottom", "best-score"] = "largest"
+    order: Order = "largest"
     reference_image: Path | None = Field(default=None, description="image of the person to replace")
     reference_frame: int = Field(default=0, ge=0, description="else: the target frame the reference face is taken from")
     reference_distance: float | None = Field(default=None, gt=0.0)

@@ -121,11 +121,10 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         """ArcFace embedding of the source faces (averaged), times InSwapper's emap: computed once per job."""
         if self._latent is None:
             assert self.swapper is not None and self.recogniser is not None
+            spec = self.recogniser.spec
+            template, size = spec.template or "arcface_112", spec.input_size or 112
             crops = np.stack(
-                [
-                    warp_face(s.image, estimate_affine(s.face.landmarks5, "arcface_112", 112), 112)
-                    for s in ctx.source.faces
-                ]
+                [warp_face(s.image, estimate_affine(s.face.landmarks5, template, size), size) for s in ctx.source.faces]
             )
             io = self.recogniser.spec.io
             (emb,) = self.recogniser.session.run({io.input: to_tensor(crops, io)})[:1]

@@ -9,6 +9,8 @@ cuts that crop; `paste_back` puts a processed crop back, touching only the regio
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import cv2
 import numpy as np
@@ -20,16 +22,18 @@ _ARCFACE_112 = np.array(
     [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]]
 )
 
-TEMPLATES: dict[str, npt.NDArray[np.float64]] = {
-    # ArcFace recognisers' 112 px crop (insightface `arcface_dst`).
-    "arcface_112": _ARCFACE_112 / 112.0,
-    # insightface `estimate_norm` at 128 px (InSwapper): 128 is not a multiple of 112, so it takes the "128"
-    # branch, ratio 128/128 = 1, and shifts the 112 px template right by 8 px. Equals FaceFusion's `arcface_128`.
-    "arcface_128": (_ARCFACE_112 + [8.0, 0.0]) / 128.0,
-    # FFHQ-aligned 512 px crop (GFPGAN via facexlib; FaceFusion `ffhq_512`).
-    "ffhq_512": np.array([[192.98, 239.95], [318.90, 240.19], [256.63, 314.02], [201.26, 371.41], [313.09, 371.15]])
-    / 512.0,
-}
+TEMPLATES: Mapping[str, npt.NDArray[np.float64]] = MappingProxyType(
+    {
+        # ArcFace recognisers' 112 px crop (insightface `arcface_dst`).
+        "arcface_112": _ARCFACE_112 / 112.0,
+        # insightface `estimate_norm` at 128 px (InSwapper): 128 is not a multiple of 112, so it takes the "128"
+        # branch, ratio 128/128 = 1, and shifts the 112 px template right by 8 px. Equals FaceFusion's `arcface_128`.
+        "arcface_128": (_ARCFACE_112 + [8.0, 0.0]) / 128.0,
+        # FFHQ-aligned 512 px crop (GFPGAN via facexlib; FaceFusion `ffhq_512`).
+        "ffhq_512": np.array([[192.98, 239.95], [318.90, 240.19], [256.63, 314.02], [201.26, 371.41], [313.09, 371.15]])
+        / 512.0,
+    }
+)
 
 
 def estimate_affine(landmarks5: npt.ArrayLike, template: str, size: int) -> Affine:

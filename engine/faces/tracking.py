@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.faces import FaceAnalyser
+from engine.faces.boxes import iou
 from engine.types import Face, Frame, check_frame
 
 logger = logging.getLogger(__name__)
@@ -236,17 +237,6 @@ def _centre_and_size(points: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.fl
     return centre, float(np.sqrt(np.mean(np.sum((points - centre) ** 2, axis=1))))
 
 
-def iou(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
-    """Intersection over union of two (x1, y1, x2, y2) boxes, in [0, 1]; 0 when either box is empty."""
-    width = min(a[2], b[2]) - max(a[0], b[0])
-    height = min(a[3], b[3]) - max(a[1], b[1])
-    if width <= 0 or height <= 0:
-        return 0.0
-    inter = width * height
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
-
-
 def _link(
     anchors: Mapping[int, Face], detections: Sequence[Face], threshold: float
 ) -> tuple[dict[int, Face], list[Face]]:
@@ -284,9 +274,10 @@ class FaceTracker:
     neither detection nor re-fit finds is kept for up to `max_gap` frames, reported with its extrapolated face and
     `filled=True`, and dropped after.
 
-    Box and landmarks of each track are smoothed with a one-euro filter, restarted with every new track. Time is in
-    seconds: `fps` is the video's frame rate, `min_cutoff` and `d_cutoff` are in Hz, `beta` in Hz per (px/s). The
-    defaults suit faces of 100–300 px moving up to a few px a frame at 25–30 fps; raise `beta` for faster motion.
+    Each track's landmarks are smoothed in the face's own frame (`ShapeSmoother`: the pose as measured, the shape
+    low-passed, so motion is not delayed); its box — and its 5 landmarks when there are no 68 to measure a pose
+    on — with a one-euro filter whose `min_cutoff` and `d_cutoff` are in Hz and `beta` in Hz per (px/s). Filters
+    restart with every new track. Time is in seconds: `fps` is the video's frame rate.
     """
 
     def __init__(
