@@ -60,7 +60,7 @@ class RunReport:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
 
     def providers(self) -> str:
-        """ "backend (provider)" of every processor, deduplicated, e.g. "onnx (CPUExecutionProvider)"."""
+        """Each distinct backend and provider of the chain, e.g. `onnx (CPUExecutionProvider)`."""
         seen = {f"{d['backend']} ({d['provider']})" for d in self.processors.values() if "backend" in d}
         return ", ".join(sorted(seen)) or "none"
 
