@@ -14,12 +14,13 @@ from types import MappingProxyType
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameProcessor
+from processors.face_enhancer import FaceEnhancer
 from processors.face_swapper import FaceSwapper
 from processors.frame_enhancer import FrameEnhancer
 
 log = logging.getLogger(__name__)
 
-_BUILTIN: tuple[type[FrameProcessor], ...] = (FaceSwapper, FrameEnhancer)
+_BUILTIN: tuple[type[FrameProcessor], ...] = (FaceSwapper, FaceEnhancer, FrameEnhancer)
 
 
 def build_registry(classes: Iterable[type[FrameProcessor]]) -> Mapping[str, type[FrameProcessor]]:

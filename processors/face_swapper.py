@@ -17,13 +17,13 @@ from pydantic import Field
 from engine.errors import InvalidJob
 from engine.faces import colour, inswapper
 from engine.faces.align import estimate_affine, paste_back, transform_points, warp_face
-from engine.faces.landmark_swap import LandmarkSwapOptions, face_size
+from engine.faces.landmark_swap import LandmarkSwapOptions
 from engine.faces.landmark_swap import swap as landmark_swap
-from engine.faces.masks import box_mask, landmark_mask
+from engine.faces.masks import crop_mask
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import to_tensor
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Face, Frame
+from engine.types import Frame
 
 INSWAPPER_SIZE = 128
 # The ArcFace recogniser InSwapper's latent space was trained with; it embeds the source, whatever analyser runs.
@@ -153,17 +153,11 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
             swapped[:, y::k, x::k] = swapped_subs[j * n : (j + 1) * n]
         out = list(frames)
         for (i, face), affine, crop, result in zip(jobs, affines, crops, swapped, strict=True):
-            mask = self._crop_mask(face, affine, size)
+            points = None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
+            mask = crop_mask(
+                size, points, kind=self.options.mask, padding=self.options.mask_padding, blur=self.options.mask_blur
+            )
             if self.options.colour != "none":
                 result = colour.transfer(result, crop, mask, self.options.colour)
             out[i] = paste_back(out[i], result, affine, mask * (self.options.blend / 100.0))
         return out
-
-    def _crop_mask(self, face: Face, affine: npt.NDArray[np.float64], size: int) -> npt.NDArray[np.float32]:
-        box = box_mask(size, (self.options.mask_padding,) * 4, self.options.mask_blur)
-        if self.options.mask == "box" or face.landmarks68 is None:
-            return box
-        points = transform_points(face.landmarks68, affine).astype(np.float32)
-        blur = self.options.mask_blur * 0.2 * face_size(points)
-        shaped = landmark_mask((size, size), points, exclude_mouth=self.options.mask == "face_no_mouth", blur_px=blur)
-        return np.minimum(box, shaped)

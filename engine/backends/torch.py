@@ -135,17 +135,22 @@ class TorchSession:
         with torch.inference_mode():
             y = self.module(*xs)
         outputs = y if isinstance(y, tuple | list) else (y,)
-        return [t.float().cpu().numpy() for t in outputs]
+        # Some architectures also return auxiliary lists (GFPGAN: its intermediate RGB images): tensors only.
+        return [t.float().cpu().numpy() for t in outputs if isinstance(t, torch.Tensor)]
 
 
-def export_onnx(module: torch.nn.Module, path: Path, *, channels: int = 3, opset: int = 17) -> None:
-    """Export an image-to-image module to ONNX with input `input` / output `output`, dynamic N, H and W.
+def export_onnx(
+    module: torch.nn.Module, path: Path, *, channels: int = 3, fixed_size: int | None = None, opset: int = 17
+) -> None:
+    """Export an image-to-image module to ONNX with input `input` / output `output`.
 
-    Uses the TorchScript exporter: it handles dynamic spatial axes of these convolutional nets without
-    the extra `onnxscript` dependency that the dynamo exporter needs.
+    Without `fixed_size` the graph has dynamic N, H and W (convolutional upscalers). With it (a face model that
+    takes one size, e.g. GFPGAN at 512) the graph is traced at 1×C×size×size and kept static: such models reshape
+    by batch and size inside (modulated convolutions), which a dynamic trace cannot express.
+    Uses the TorchScript exporter, which needs no `onnxscript` dependency.
     """
-    sample = torch.rand(1, channels, 64, 64)
-    axes = {0: "batch", 2: "height", 3: "width"}
+    sample = torch.rand(1, channels, fixed_size or 64, fixed_size or 64)
+    axes = {} if fixed_size else {0: "batch", 2: "height", 3: "width"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(

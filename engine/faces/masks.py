@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import cv2
 import numpy as np
 import numpy.typing as npt
@@ -110,3 +112,24 @@ def _blur(mask: npt.NDArray[np.float32], sigma: float) -> npt.NDArray[np.float32
     # The kernel is cut at 3 sigma so the support stays finite: beyond it the mask is exactly 0.
     radius = max(1, int(np.ceil(3 * sigma)))
     return cv2.GaussianBlur(mask, (2 * radius + 1, 2 * radius + 1), sigma, borderType=cv2.BORDER_CONSTANT)
+
+
+def crop_mask(
+    size: int,
+    landmarks68: npt.ArrayLike | None,
+    *,
+    kind: Literal["box", "face", "face_no_mouth"],
+    padding: float = 0.0,
+    blur: float = 0.3,
+) -> Mask:
+    """The paste-back mask of an aligned size×size face crop: a feathered box (`padding` % of the size on every
+    side, `blur` as in `box_mask`), cut to the face outline unless `kind` is "box" or the face has no 68
+    landmarks. `landmarks68` are in crop coordinates."""
+    box = box_mask(size, (padding,) * 4, blur)
+    if kind == "box" or landmarks68 is None:
+        return box
+    points = np.asarray(landmarks68, dtype=np.float32)
+    span = points.max(axis=0) - points.min(axis=0)
+    feather = blur * 0.2 * float(max(span[0], span[1], 1.0))
+    shaped = landmark_mask((size, size), points, exclude_mouth=kind == "face_no_mouth", blur_px=feather)
+    return np.minimum(box, shaped)

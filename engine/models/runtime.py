@@ -222,7 +222,7 @@ class Runtime:
             else:
                 from engine.backends.torch import export_onnx
 
-                export_onnx(self._torch_module(spec, file), tmp_path)
+                export_onnx(self._torch_module(spec, file), tmp_path, fixed_size=spec.input_size)
             os.replace(tmp_path, target)
         finally:
             tmp_path.unlink(missing_ok=True)

@@ -1,0 +1,129 @@
+"""The face enhancer: the embedded real_esrgan_face on a degraded photo, GFPGAN from a placed file on both
+backends (random GFPGANv1Clean weights, exported to ONNX), and the offline error."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from spandrel.architectures.GFPGAN import GFPGAN
+
+import cli
+from engine import demo, video
+from engine.faces.align import estimate_affine
+from engine.faces.embedded import EmbeddedAnalyser
+from engine.faces.masks import crop_mask
+from engine.models.manifest import MANIFEST_PATH
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def degraded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The astronaut photo shrunk to a quarter and blown back up: a soft face, as after a 128 px swap."""
+    photo = demo.photo()
+    soft = cv2.resize(cv2.resize(photo, (128, 128), interpolation=cv2.INTER_AREA), (512, 512), cv2.INTER_CUBIC)
+    path = tmp_path_factory.mktemp("soft") / "soft.png"
+    Image.fromarray(soft).save(path)
+    return path
+
+
+def face_support(image: np.ndarray) -> np.ndarray:
+    """H×W bool: where the enhancer's paste mask (face kind, default padding and blur) is above zero."""
+    analyser = EmbeddedAnalyser()
+    (face,) = analyser.detect(image)
+    affine = estimate_affine(face.landmarks5, "ffhq_512", 512)
+    points = cv2.transform(face.landmarks68[None].astype(np.float64), affine)[0]
+    mask = crop_mask(512, points, kind="face")
+    back = cv2.warpAffine(mask, cv2.invertAffineTransform(affine), (image.shape[1], image.shape[0]))
+    return cv2.dilate((back > 0).astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+
+
+def sharpness(image: np.ndarray, box: tuple[int, int, int, int]) -> float:
+    x0, y0, x1, y1 = box
+    return float(cv2.Laplacian(cv2.cvtColor(image[y0:y1, x0:x1], cv2.COLOR_RGB2GRAY), cv2.CV_64F).var())
+
+
+def test_embedded_enhancer_sharpens_the_face_only(degraded: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.png"
+    args = ["run", "--target", str(degraded), "--output", str(out), "--processors", "face_enhancer", "--yes"]
+    assert cli.main([*args, "--set", "face_enhancer.blend=100"]) == 0
+    before, after = video.read_image(degraded)[0], video.read_image(out)[0]
+    (face,) = EmbeddedAnalyser().detect(before)
+    box = tuple(int(v) for v in face.box)
+    assert sharpness(after, box) >= 1.5 * sharpness(before, box)
+    outside = ~face_support(before)
+    assert np.abs(after.astype(int) - before.astype(int)).max(axis=2)[outside].max() <= 2
+    assert outside.mean() > 0.8
+
+
+def test_gfpgan_offline_names_file_url_licence_and_folder(degraded: Path, tmp_path: Path, capsys) -> None:
+    args = ["run", "--target", str(degraded), "--output", str(tmp_path / "o.png"), "--processors", "face_enhancer"]
+    assert cli.main([*args, "--set", "face_enhancer.model=gfpgan_1_4", "--offline", "--yes"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    # The default backend (ONNX Runtime) asks for the published ONNX export.
+    url = "https://github.com/harisreedhar/Face-Upscalers-ONNX/releases/download/Models/GFPGANv1.4.onnx"
+    for part in ("GFPGANv1.4.onnx", url, "NON-COMMERCIAL", os.environ["FACESTUDIO_MODELS"]):
+        assert part in err, part
+
+
+def test_gfpgan_placed_file_loads_without_a_download(
+    degraded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Random weights in the real architecture and size, saved like the official file (`params_ema`).
+    torch.manual_seed(0)
+    net = GFPGAN(
+        out_size=512, num_style_feat=512, channel_multiplier=2, decoder_load_path=None, fix_decoder=False,
+        num_mlp=8, input_is_latent=True, different_w=True, narrow=1, sft_half=True,
+    )  # fmt: skip
+    models = Path(os.environ["FACESTUDIO_MODELS"])
+    models.mkdir(parents=True, exist_ok=True)
+    placed = models / "GFPGANv1.4.pth"
+    torch.save({"params_ema": net.state_dict()}, placed)
+    data = placed.read_bytes()
+    text = MANIFEST_PATH.read_text()
+    section = text.index("[[models.gfpgan_1_4.files]]")
+    pinned = f'size = {len(data)}\nsha256 = "{hashlib.sha256(data).hexdigest()}"'
+    text = text[:section] + re.sub(r'size = \d+\nsha256 = "[0-9a-f]+"', pinned, text[section:], count=1)
+    (tmp_path / "manifest.toml").write_text(text)
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(tmp_path / "manifest.toml"))
+
+    out = tmp_path / "torch.png"
+    args = ["run", "--target", str(degraded), "--output", str(out), "--processors", "face_enhancer", "--offline"]
+    assert cli.main([*args, "--set", "face_enhancer.model=gfpgan_1_4", "--backend", "torch", "--yes"]) == 0
+    sidecar = __import__("json").loads(Path(str(out) + ".job.json").read_text())
+    assert sidecar["processors"]["face_enhancer"]["file"] == "GFPGANv1.4.pth"
+    before, after = video.read_image(degraded)[0].astype(int), video.read_image(out)[0].astype(int)
+    outside = ~face_support(video.read_image(degraded)[0])
+    assert np.abs(after - before).max(axis=2)[outside].max() <= 2
+    assert np.abs(after - before).max(axis=2)[~outside].mean() > 2
+
+
+def test_swap_then_enhance_finds_faces_once_per_frame(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both face processors share the pipeline's one analysis per frame (detections only every 10 frames)."""
+    calls: list[tuple[int, int]] = []
+    original = EmbeddedAnalyser.detect
+
+    def counting(self: EmbeddedAnalyser, frame: np.ndarray):  # noqa: ANN202
+        calls.append(frame.shape[:2])
+        return original(self, frame)
+
+    monkeypatch.setattr(EmbeddedAnalyser, "detect", counting)
+    target = demo.make_clip(tmp_path / "clip.mp4", 320, 180, 24, 24)
+    out = tmp_path / "out.mp4"
+    args = ["run", "--source", str(demo.source_photo()), "--target", str(target), "--output", str(out)]
+    args += ["--processors", "face_swapper", "face_enhancer", "--set", "faces.qa_every=0", "--yes"]
+    assert cli.main(args) == 0
+    sidecar = __import__("json").loads(Path(str(out) + ".job.json").read_text())
+    assert set(sidecar["processors"]) == {"face_swapper", "face_enhancer"}
+    assert sidecar["faces"]["processed"] == 24 and video.probe(out).frame_count == 24
+    frame_calls = [c for c in calls if c == (180, 320)]
+    assert len(frame_calls) == 3  # frames 0, 10 and 20: never once per processor
