@@ -4,6 +4,7 @@ backends (random GFPGANv1Clean weights, exported to ONNX), and the offline error
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -17,7 +18,7 @@ from spandrel.architectures.GFPGAN import GFPGAN
 
 import cli
 from engine import demo, video
-from engine.faces.align import estimate_affine
+from engine.faces.align import estimate_affine, warp_face
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.faces.masks import crop_mask
 from engine.models.manifest import MANIFEST_PATH
@@ -75,7 +76,7 @@ def test_gfpgan_offline_names_file_url_licence_and_folder(degraded: Path, tmp_pa
         assert part in err, part
 
 
-def test_gfpgan_placed_file_loads_without_a_download(
+def test_gfpgan_placed_file_loads_without_a_download_and_backends_agree(
     degraded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Random weights in the real architecture and size, saved like the official file (`params_ema`).
@@ -96,15 +97,34 @@ def test_gfpgan_placed_file_loads_without_a_download(
     (tmp_path / "manifest.toml").write_text(text)
     monkeypatch.setenv("FACESTUDIO_MANIFEST", str(tmp_path / "manifest.toml"))
 
-    out = tmp_path / "torch.png"
-    args = ["run", "--target", str(degraded), "--output", str(out), "--processors", "face_enhancer", "--offline"]
-    assert cli.main([*args, "--set", "face_enhancer.model=gfpgan_1_4", "--backend", "torch", "--yes"]) == 0
-    sidecar = __import__("json").loads(Path(str(out) + ".job.json").read_text())
-    assert sidecar["processors"]["face_enhancer"]["file"] == "GFPGANv1.4.pth"
-    before, after = video.read_image(degraded)[0].astype(int), video.read_image(out)[0].astype(int)
-    outside = ~face_support(video.read_image(degraded)[0])
-    assert np.abs(after - before).max(axis=2)[outside].max() <= 2
-    assert np.abs(after - before).max(axis=2)[~outside].mean() > 2
+    outs = {}
+    for backend in ("torch", "onnx"):
+        out = tmp_path / f"{backend}.png"
+        args = ["run", "--target", str(degraded), "--output", str(out), "--processors", "face_enhancer", "--offline"]
+        assert cli.main([*args, "--set", "face_enhancer.model=gfpgan_1_4", "--backend", backend, "--yes"]) == 0
+        sidecar = json.loads(Path(str(out) + ".job.json").read_text())
+        assert sidecar["processors"]["face_enhancer"]["file"] == "GFPGANv1.4.pth"
+        assert sidecar["processors"]["face_enhancer"]["backend"] == backend
+        outs[backend] = video.read_image(out)[0].astype(int)
+    before = video.read_image(degraded)[0]
+    outside = ~face_support(before)
+    change = np.abs(outs["torch"] - before.astype(int)).max(axis=2)
+    assert change[outside].max() <= 2 and change[~outside].mean() > 2
+    # Exported to ONNX (static 1×3×512×512, float32 only): the full path agrees with PyTorch to one level.
+    assert np.abs(outs["torch"] - outs["onnx"]).max() <= 1
+
+    # The model outputs themselves, on the crop the processor aligns, agree to 1e-3.
+    from engine.job import RuntimeSettings
+    from engine.models.runtime import Runtime
+    from engine.models.tensor import to_tensor
+
+    (face,) = EmbeddedAnalyser().detect(before)
+    crop = warp_face(before, estimate_affine(face.landmarks5, "ffhq_512", 512), 512)
+    runtime = Runtime(RuntimeSettings(device="cpu", offline=True))
+    loaded = [runtime.load("gfpgan_1_4", b) for b in ("torch", "onnx")]
+    x = to_tensor(crop[None], loaded[0].spec.io)
+    results = [np.clip(m.session.run({"input": x})[0], -1, 1) for m in loaded]
+    assert np.abs(results[0] - results[1]).max() <= 1e-3
 
 
 def test_swap_then_enhance_finds_faces_once_per_frame(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,7 +142,7 @@ def test_swap_then_enhance_finds_faces_once_per_frame(tmp_path: Path, monkeypatc
     args = ["run", "--source", str(demo.source_photo()), "--target", str(target), "--output", str(out)]
     args += ["--processors", "face_swapper", "face_enhancer", "--set", "faces.qa_every=0", "--yes"]
     assert cli.main(args) == 0
-    sidecar = __import__("json").loads(Path(str(out) + ".job.json").read_text())
+    sidecar = json.loads(Path(str(out) + ".job.json").read_text())
     assert set(sidecar["processors"]) == {"face_swapper", "face_enhancer"}
     assert sidecar["faces"]["processed"] == 24 and video.probe(out).frame_count == 24
     frame_calls = [c for c in calls if c == (180, 320)]
