@@ -107,7 +107,7 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         )
         out = frame
         for face in ctx.faces:
-            out, _ = landmark_swap(source.image, source.face.landmarks68, out, face.landmarks68, opts)
+            out = landmark_swap(source.image, source.face.landmarks68, out, face.landmarks68, opts)
         return self._blend(frame, out)
 
     def _blend(self, original: Frame, swapped: Frame) -> Frame:

@@ -13,6 +13,7 @@ import pytest
 
 import cli
 from engine import demo, video
+from engine.errors import ConsentRequired
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -208,7 +209,7 @@ def test_consent_prompt_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
     monkeypatch.setattr("builtins.input", lambda _: "no")
-    with pytest.raises(Exception, match="was not acknowledged"):
+    with pytest.raises(ConsentRequired, match="was not acknowledged"):
         cli.require_consent(yes=False)
     assert not consent.is_acknowledged()
     monkeypatch.setattr("builtins.input", lambda _: "yes")

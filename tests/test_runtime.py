@@ -139,7 +139,7 @@ def test_weights_are_never_unpickled(tmp_path: Path) -> None:
     runtime = Runtime(
         RuntimeSettings(device="cpu"), manifest=manifest, folders=Folders(models=tmp_path / "m", cache=tmp_path / "c")
     )
-    with pytest.raises(Exception, match="cannot read weights"):
+    with pytest.raises(InvalidInput, match="cannot read weights"):
         runtime.load("realesr_general_x4v3", "torch")
     assert not (tmp_path / "pwned").exists()
 

@@ -89,17 +89,18 @@ def swap(
     target: Frame,
     target68: Points,
     options: LandmarkSwapOptions = LandmarkSwapOptions(),
-) -> tuple[Frame, tuple[int, int, int, int]]:
+) -> Frame:
     """Swap the source face (68 landmarks `source68` on `source`) onto the target face (`target68` on `target`).
 
-    Images are H×W×3 uint8 RGB; landmarks 68×2 float pixels. Returns (new frame, region (x0, y0, x1, y1)): the
-    only pixels that can differ from `target` lie inside `region`.
+    Images are H×W×3 uint8 RGB; landmarks 68×2 float pixels. Returns the new frame: only pixels inside the anchor
+    ring around the face (the face outline pushed out by RING_SCALE) can differ from `target`.
     """
     src68 = np.asarray(source68, np.float32)
     dst68 = np.asarray(target68, np.float32)
     new68 = target_geometry(src68, dst68) if options.reshape else dst68.copy()
     size = face_size(dst68)
-    ring = anchor_ring(extend_with_forehead(dst68), extend_with_forehead(new68))
+    old_full, new_full = extend_with_forehead(dst68), extend_with_forehead(new68)
+    ring = anchor_ring(old_full, new_full)
     h, w = target.shape[:2]
     x0, y0 = np.floor(np.maximum(ring.min(axis=0), 0)).astype(int)
     x1, y1 = np.ceil(np.minimum(ring.max(axis=0) + 1, [w, h])).astype(int)
@@ -107,8 +108,8 @@ def swap(
     roi = target[y0:y1, x0:x1]
     rh, rw = roi.shape[:2]
 
-    old_ext = extend_with_forehead(dst68) - offset
-    new_ext = extend_with_forehead(new68) - offset
+    old_ext = old_full - offset
+    new_ext = new_full - offset
     ring_local = ring - offset
     if options.reshape:
         ctrl_new = np.concatenate([new_ext, ring_local])
@@ -143,4 +144,4 @@ def swap(
     blended = np.clip(np.rint(m * texture + (1.0 - m) * base), 0, 255).astype(np.uint8)
     out = target.copy()
     out[y0:y1, x0:x1] = blended
-    return out, (int(x0), int(y0), int(x1), int(y1))
+    return out
