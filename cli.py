@@ -19,7 +19,7 @@ from engine import consent
 from engine.errors import ConsentRequired, FacestudioError, InvalidJob
 from engine.job import Job, Preset, RuntimeSettings, apply_overrides, load_preset_raw, preset_schema
 from engine.models import fetch
-from engine.models.manifest import FileSpec, Manifest
+from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest
 from engine.models.runtime import Runtime
 from engine.processor import FrameProcessor
 from engine.progress import for_terminal
@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     mfetch.add_argument("--preset", help="fetch what a preset's processors need")
     mverify = msub.add_parser("verify", help="check the sha256 of every present model file")
     mverify.add_argument("ids", nargs="*", metavar="ID")
+    mexport = msub.add_parser("export", help="export a PyTorch model to ONNX and record its sha256")
+    mexport.add_argument("ids", nargs=1, metavar="ID")
+    mexport.add_argument("--to", choices=["onnx"], required=True, help="the format to export to")
+    mexport.add_argument("--fp16", action="store_true", help="compute in float16 (inputs and outputs stay float32)")
+    mexport.add_argument("--offline", action="store_true", help="never download the weights to export")
 
     presets = sub.add_parser("presets", help="list, check and describe presets")
     psub = presets.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -235,8 +240,9 @@ def _download_progress(item: fetch.Downloadable) -> Callable[[int, int | None], 
 
 # -- models ---------------------------------------------------------------------------------------------------
 def cmd_models(args: argparse.Namespace) -> int:
-    manifest = Manifest.load()
-    runtime = Runtime(RuntimeSettings(), manifest=manifest, progress_factory=_download_progress)
+    runtime = Runtime(RuntimeSettings(), progress_factory=_download_progress)
+    # The runtime's catalogue: the built-in one plus what `models export` recorded.
+    manifest = runtime.manifest
     if args.action == "list":
         return _models_list(manifest, runtime, args.json)
     ids = list(args.ids)
@@ -244,6 +250,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         manifest.get(model_id)
     if args.action == "verify":
         return _models_verify(manifest, runtime, ids or list(manifest.models))
+    if args.action == "export":
+        return _models_export(runtime, ids[0], fp16=args.fp16, offline=args.offline)
     if getattr(args, "preset", None):
         return _models_fetch_preset(runtime, args.preset)
     if not ids:
@@ -312,6 +320,21 @@ def _models_verify(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
     if bad:
         print(f"error: {bad} file(s) do not match their sha256; delete or replace them", file=sys.stderr)
         return 3
+    return 0
+
+
+def _models_export(runtime: Runtime, model_id: str, *, fp16: bool, offline: bool) -> int:
+    """Export `model_id` to ONNX in the models folder; prints where, its sha256 and the graph's declared I/O."""
+    runtime = Runtime(RuntimeSettings(offline=offline), manifest=runtime.manifest, folders=runtime.folders,
+                      progress_factory=_download_progress)  # fmt: skip
+    print(f"licence: {runtime.manifest.get(model_id).licence_line()}", file=sys.stderr)
+    path, file, io = runtime.export(model_id, fp16=fp16)
+    print(f"exported {model_id} → {path} ({(file.size or 0) / 1e6:.1f} MB, {file.precision}, sha256 {file.sha256})")
+    for kind in ("inputs", "outputs"):
+        for value in io[kind]:
+            shape = "×".join(str(d) for d in value["shape"])  # type: ignore[union-attr]
+            print(f"  {kind[:-1]:<6} {value['name']}: {value['type']} {shape}")
+    print(f"recorded in {runtime.folders.models / EXPORTS_FILE}; --backend onnx now loads it")
     return 0
 
 

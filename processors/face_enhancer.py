@@ -1,8 +1,9 @@
 """Face enhancer: restore detail on the faces the face stage found, after a swap or in any footage.
 
 Models: `real_esrgan_face` (embedded, offline: an embedded Real-ESRGAN ×4 model restores the aligned face from a
-128 px crop to 512 px) and GFPGAN v1.4 / v1.3 (downloaded; 512 px ffhq-aligned faces in [-1, 1]). `auto` takes
-GFPGAN v1.4 when its file is present and otherwise the embedded model, so the enhancer works on a fresh machine.
+128 px crop to 512 px), and, downloaded, GFPGAN v1.4 / v1.3, CodeFormer (with its fidelity weight) and
+RestoreFormer (512 px ffhq-aligned faces in [-1, 1]). `auto` takes GFPGAN v1.4 when its file is present and
+otherwise the embedded model, so the enhancer works on a fresh machine.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ FACE_SIZE = 512
 
 
 class FaceEnhancerOptions(ProcessorOptions):
-    model: Literal["auto", "real_esrgan_face", "gfpgan_1_4", "gfpgan_1_3"] = Field(
+    model: Literal["auto", "real_esrgan_face", "gfpgan_1_4", "gfpgan_1_3", "codeformer", "restoreformer"] = Field(
         default="auto", description="auto: GFPGAN v1.4 when downloaded, else the embedded real_esrgan_face"
+    )
+    fidelity: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="codeformer: 0 = strongest restoration, 1 = closest to the input"
     )
     detail_model: Literal["realesr_animevideov3", "real_esrgan_x4plus", "real_esrgan_x4plus_anime_6b"] = Field(
         default="realesr_animevideov3", description="real_esrgan_face: the embedded ×4 model it runs"
@@ -101,7 +105,11 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
             crops = np.stack([warp_face(f, m, DETAIL_INPUT) for f, m in zip(frames, small, strict=True)])
         else:
             crops = np.stack([warp_face(f, m, FACE_SIZE) for f, m in zip(frames, affines, strict=True)])
-        (result, *_) = self.loaded.session.run({self.loaded.session.input_names[0]: to_tensor(crops, spec.io)})
+        session = self.loaded.session
+        inputs = {session.input_names[0]: to_tensor(crops, spec.io)}
+        if spec.io.fidelity is not None:
+            inputs[session.input_names[1]] = np.array([self.options.fidelity], dtype=np.float32)
+        (result, *_) = session.run(inputs)
         restored = from_tensor(result, spec.io)
         if restored.shape[1:3] != (FACE_SIZE, FACE_SIZE):
             raise RuntimeError(f"{spec.id} returned {restored.shape[1:3]} crops, expected {FACE_SIZE}×{FACE_SIZE}")

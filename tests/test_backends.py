@@ -9,8 +9,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from engine.backends import Device
-from engine.backends.onnx import OnnxSession, gpu_visible, provider_list
+from engine.backends import Device, gpu_visible
+from engine.backends.onnx import OnnxSession, provider_list
 from engine.errors import BackendUnavailable
 
 

@@ -1,5 +1,5 @@
-"""The face enhancer: the embedded real_esrgan_face on a degraded photo, GFPGAN from a placed file on both
-backends (random GFPGANv1Clean weights, exported to ONNX), and the offline error."""
+"""The face enhancer: the embedded real_esrgan_face on a degraded photo; GFPGAN, CodeFormer and RestoreFormer
+from placed files (random weights in the real architectures) on both backends; the offline error."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import pytest
 import torch
 from PIL import Image
 from spandrel.architectures.GFPGAN import GFPGAN
+from spandrel.architectures.RestoreFormer import RestoreFormer
+from spandrel_extra_arches.architectures.CodeFormer import CodeFormer
 
 import cli
 from engine import demo, video
@@ -34,6 +36,29 @@ def degraded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("soft") / "soft.png"
     Image.fromarray(soft).save(path)
     return path
+
+
+def place(model_id: str, filename: str, state_dict: dict, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Save `state_dict` like the official file (`params_ema`) into the models folder and point a temporary
+    manifest's entry for it at the saved file's size and sha256."""
+    models = Path(os.environ["FACESTUDIO_MODELS"])
+    models.mkdir(parents=True, exist_ok=True)
+    placed = models / filename
+    torch.save({"params_ema": state_dict}, placed)
+    data = placed.read_bytes()
+    text = MANIFEST_PATH.read_text()
+    section = text.index(f"[[models.{model_id}.files]]")
+    pinned = f'size = {len(data)}\nsha256 = "{hashlib.sha256(data).hexdigest()}"'
+    text = text[:section] + re.sub(r'size = \d+\nsha256 = "[0-9a-f]+"', pinned, text[section:], count=1)
+    (folder / "manifest.toml").write_text(text)
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(folder / "manifest.toml"))
+
+
+def enhance(target: Path, out: Path, *extra: str) -> dict:
+    """Run the face enhancer offline on `target`; returns the sidecar's face_enhancer entry."""
+    args = ["run", "--target", str(target), "--output", str(out), "--processors", "face_enhancer", "--offline"]
+    assert cli.main([*args, *extra, "--yes"]) == 0
+    return json.loads(Path(str(out) + ".job.json").read_text())["processors"]["face_enhancer"]
 
 
 def face_support(image: np.ndarray) -> np.ndarray:
@@ -85,17 +110,7 @@ def test_gfpgan_placed_file_loads_without_a_download_and_backends_agree(
         out_size=512, num_style_feat=512, channel_multiplier=2, decoder_load_path=None, fix_decoder=False,
         num_mlp=8, input_is_latent=True, different_w=True, narrow=1, sft_half=True,
     )  # fmt: skip
-    models = Path(os.environ["FACESTUDIO_MODELS"])
-    models.mkdir(parents=True, exist_ok=True)
-    placed = models / "GFPGANv1.4.pth"
-    torch.save({"params_ema": net.state_dict()}, placed)
-    data = placed.read_bytes()
-    text = MANIFEST_PATH.read_text()
-    section = text.index("[[models.gfpgan_1_4.files]]")
-    pinned = f'size = {len(data)}\nsha256 = "{hashlib.sha256(data).hexdigest()}"'
-    text = text[:section] + re.sub(r'size = \d+\nsha256 = "[0-9a-f]+"', pinned, text[section:], count=1)
-    (tmp_path / "manifest.toml").write_text(text)
-    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(tmp_path / "manifest.toml"))
+    place("gfpgan_1_4", "GFPGANv1.4.pth", net.state_dict(), tmp_path, monkeypatch)
 
     outs = {}
     for backend in ("torch", "onnx"):
@@ -147,3 +162,54 @@ def test_swap_then_enhance_finds_faces_once_per_frame(tmp_path: Path, monkeypatc
     assert sidecar["faces"]["processed"] == 24 and video.probe(out).frame_count == 24
     frame_calls = [c for c in calls if c == (180, 320)]
     assert len(frame_calls) == 3  # frames 0, 10 and 20: never once per processor
+
+
+def test_codeformer_fidelity_and_exported_onnx_agree_with_pytorch(
+    degraded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    torch.manual_seed(0)
+    place("codeformer", "codeformer.pth", CodeFormer().state_dict(), tmp_path, monkeypatch)
+    # `models export` gives the ONNX backend a graph with the fidelity input and records its sha256.
+    assert cli.main(["models", "export", "codeformer", "--to", "onnx", "--offline"]) == 0
+    printed = capsys.readouterr()
+    assert "S-Lab" in printed.err and "NON-COMMERCIAL" in printed.err
+    assert "input  weight: float 1" in printed.out
+    models = Path(os.environ["FACESTUDIO_MODELS"])
+    (entry,) = json.loads((models / "exports.json").read_text())["exports"]
+    exported = models / entry["file"]["filename"]
+    assert entry["file"]["sha256"] == hashlib.sha256(exported.read_bytes()).hexdigest()
+    assert [i["name"] for i in entry["io"]["inputs"]] == ["input", "weight"]
+
+    before = video.read_image(degraded)[0]
+    outs = {}
+    for backend in ("torch", "onnx"):
+        out = tmp_path / f"{backend}.png"
+        used = enhance(degraded, out, "--set", "face_enhancer.model=codeformer", "--set",
+                       "face_enhancer.fidelity=0.7", "--backend", backend)  # fmt: skip
+        assert used["file"] == ("codeformer.pth" if backend == "torch" else "exports/codeformer.onnx")
+        outs[backend] = video.read_image(out)[0].astype(int)
+    assert np.abs(outs["torch"] - outs["onnx"]).max() <= 1
+    outside = ~face_support(before)
+    assert np.abs(outs["onnx"] - before.astype(int)).max(axis=2)[outside].max() <= 2
+
+    # The fidelity weight reaches the model: w = 0 and w = 0.7 restore the face differently.
+    enhance(degraded, tmp_path / "w0.png", "--set", "face_enhancer.model=codeformer", "--set",
+            "face_enhancer.fidelity=0", "--backend", "onnx")  # fmt: skip
+    w0 = video.read_image(tmp_path / "w0.png")[0].astype(int)
+    assert np.abs(w0 - outs["onnx"]).max(axis=2)[~outside].mean() > 1
+
+
+def test_restoreformer_runs_on_both_backends(degraded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    place("restoreformer", "RestoreFormer.pth", RestoreFormer().state_dict(), tmp_path, monkeypatch)
+    before = video.read_image(degraded)[0]
+    outs = {}
+    for backend in ("torch", "onnx"):
+        out = tmp_path / f"{backend}.png"
+        used = enhance(degraded, out, "--set", "face_enhancer.model=restoreformer", "--backend", backend)
+        assert (used["file"], used["backend"]) == ("RestoreFormer.pth", backend)
+        outs[backend] = video.read_image(out)[0].astype(int)
+    assert np.abs(outs["torch"] - outs["onnx"]).max() <= 1
+    outside = ~face_support(before)
+    change = np.abs(outs["torch"] - before.astype(int)).max(axis=2)
+    assert change[outside].max() <= 2 and change[~outside].mean() > 2

@@ -6,8 +6,10 @@ without one of them can still use the other. Processors only ever see `Session`.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol
 
 import numpy as np
@@ -57,3 +59,8 @@ class Device:
         if text.startswith("cuda:") and text[5:].isdigit():
             return cls("cuda", int(text[5:]), explicit=True)
         raise BackendUnavailable(f"unknown device {text!r}; use auto, cpu, cuda or cuda:N")
+
+
+def gpu_visible() -> bool:
+    """True when an NVIDIA driver is visible (Linux device node, or nvidia-smi on PATH, as on Windows)."""
+    return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None

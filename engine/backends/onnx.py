@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from engine.backends import Device
+from engine.backends import Device, gpu_visible
 from engine.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)
@@ -43,11 +42,6 @@ def provider_list(device: Device, *, tensorrt: bool, fp16: bool, cache_dir: Path
         providers.append((CUDA, {"device_id": str(device.index)}))
     providers.append((CPU, {}))
     return providers
-
-
-def gpu_visible() -> bool:
-    """True when an NVIDIA driver is visible (Linux device node, or nvidia-smi on PATH, as on Windows)."""
-    return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
 
 
 def session_options(threads: int) -> ort.SessionOptions:
@@ -121,3 +115,21 @@ class OnnxSession:
     def run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
         """Run on float32 NCHW arrays keyed by input name; returns the outputs in graph order."""
         return list(self._session.run(None, dict(inputs)))
+
+
+def describe_graph(path: Path) -> dict[str, list[dict[str, object]]]:
+    """The graph's declared inputs and outputs: name, element type and shape (symbolic axes by name)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {init.name for init in graph.initializer}
+
+    def entry(value: onnx.ValueInfoProto) -> dict[str, object]:
+        tensor = value.type.tensor_type
+        dims = [d.dim_param or d.dim_value for d in tensor.shape.dim]
+        return {"name": value.name, "type": onnx.TensorProto.DataType.Name(tensor.elem_type).lower(), "shape": dims}
+
+    return {
+        "inputs": [entry(v) for v in graph.input if v.name not in initializers],
+        "outputs": [entry(v) for v in graph.output],
+    }

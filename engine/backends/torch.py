@@ -7,6 +7,7 @@ pickles (DESIGN.md §11).
 
 from __future__ import annotations
 
+import copy
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
@@ -51,10 +52,14 @@ def state_dict_from_numpy(arrays: Mapping[str, npt.NDArray[np.float32]]) -> Stat
 
 def build_module(state_dict: StateDict, arch: str, scale: int) -> torch.nn.Module:
     """Build the architecture spandrel detects for `state_dict`, checking it is `arch` at `scale`."""
-    from spandrel import ModelLoader, UnsupportedModelError
+    from spandrel import MAIN_REGISTRY, ArchRegistry, ModelLoader, UnsupportedModelError
 
+    registry = ArchRegistry()
+    # spandrel keeps restrictively licensed architectures (CodeFormer) in a separate package; a registry of our
+    # own adds them without touching spandrel's global one.
+    registry.add(*MAIN_REGISTRY, *_extra_architectures())
     try:
-        descriptor = ModelLoader().load_from_state_dict(state_dict)
+        descriptor = ModelLoader(registry=registry).load_from_state_dict(state_dict)
     except UnsupportedModelError as exc:
         raise InvalidInput(f"the weights do not match any known architecture (expected {arch})") from exc
     if descriptor.scale != scale:
@@ -62,28 +67,60 @@ def build_module(state_dict: StateDict, arch: str, scale: int) -> torch.nn.Modul
     module = descriptor.model
     if type(module).__name__ != arch:
         raise InvalidInput(f"the weights are a {type(module).__name__}, the manifest says {arch}")
+    if arch == "CodeFormer":
+        module.fuse_convs_dict = _SizeKeyed(module.fuse_convs_dict)
     if arch in CALL_OPTIONS:
         return _Call(module.eval(), CALL_OPTIONS[arch]).eval()
     return module.eval()
 
 
-# Keyword arguments some architectures need at every call. GFPGAN injects fresh random noise by default: fixed
-# noise makes a run reproducible (job replays, backend parity) at no visible cost.
+class _SizeKeyed(torch.nn.ModuleDict):
+    """CodeFormer's fusion layers keyed by feature size, also found under the key a trace makes of a size.
+
+    CodeFormer looks its layers up by `str(x.shape[-1])`; while the ONNX exporter traces, a size is a 0-d
+    tensor whose str is "tensor(32)". Same layers, same state dict keys; only the lookup is lenient.
+    """
+
+    def __getitem__(self, key: str) -> torch.nn.Module:
+        if key.startswith("tensor(") and key.endswith(")"):
+            key = key[len("tensor(") : -1]
+        return super().__getitem__(key)
+
+
+def _extra_architectures() -> list[Any]:
+    try:
+        from spandrel_extra_arches import EXTRA_REGISTRY
+    except ImportError:
+        log.info("spandrel-extra-arches is not installed: CodeFormer weights cannot be loaded")
+        return []
+    return list(EXTRA_REGISTRY)
+
+
+# Face restorers return auxiliary outputs beside the image (GFPGAN its intermediate RGB images, CodeFormer its
+# code logits, RestoreFormer a None), and some need keyword arguments at every call: GFPGAN injects fresh random
+# noise by default, and fixed noise makes a run reproducible (job replays, backend parity) at no visible cost.
 CALL_OPTIONS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
-    {"GFPGANv1Clean": MappingProxyType({"randomize_noise": False})}
+    {
+        "GFPGANv1Clean": MappingProxyType({"randomize_noise": False}),
+        "CodeFormer": MappingProxyType({}),
+        "RestoreFormer": MappingProxyType({}),
+    }
 )
 
 
 class _Call(torch.nn.Module):
-    """Calls the wrapped module with fixed keyword arguments and returns its first output (the image)."""
+    """Calls the wrapped module with fixed keyword arguments and returns its first output (the image).
+
+    Positional inputs pass through in order (CodeFormer: the image, then its fidelity weight).
+    """
 
     def __init__(self, module: torch.nn.Module, options: Mapping[str, Any]) -> None:
         super().__init__()
         self.module = module
         self.options = dict(options)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.module(x, **self.options)
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        out = self.module(*xs, **self.options)
         return out[0] if isinstance(out, tuple | list) else out
 
 
@@ -164,30 +201,62 @@ class TorchSession:
 
 
 def export_onnx(
-    module: torch.nn.Module, path: Path, *, channels: int = 3, fixed_size: int | None = None, opset: int = 17
+    module: torch.nn.Module,
+    path: Path,
+    *,
+    channels: int = 3,
+    fixed_size: int | None = None,
+    fidelity: str | None = None,
+    fp16: bool = False,
+    opset: int = 17,
 ) -> None:
     """Export an image-to-image module to ONNX with input `input` / output `output`.
 
     Without `fixed_size` the graph has dynamic N, H and W (convolutional upscalers). With it (a face model that
     takes one size, e.g. GFPGAN at 512) the graph is traced at 1×C×size×size and kept static: such models reshape
     by batch and size inside (modulated convolutions), which a dynamic trace cannot express.
+    `fidelity`: the name of a second input, a float32 [1] weight the module takes after the image (CodeFormer).
+    `fp16`: the graph computes in float16 (weights stored as float16, half the file) between a cast of its
+    float32 inputs and a cast back of its output, so callers feed and read float32 either way.
     Uses the TorchScript exporter, which needs no `onnxscript` dependency.
     """
-    sample = torch.rand(1, channels, fixed_size or 64, fixed_size or 64)
-    axes = {} if fixed_size else {0: "batch", 2: "height", 3: "width"}
+    module = module.cpu().float().eval()
+    if fp16:
+        # A copy: halving converts parameters in place, and the caller's module stays float32.
+        module = _Half(copy.deepcopy(module)).eval()
+    samples: tuple[torch.Tensor, ...] = (torch.rand(1, channels, fixed_size or 64, fixed_size or 64),)
+    names = ["input"]
+    if fidelity is not None:
+        # Traced at 0.5 (CodeFormer's default): any weight above 0 follows the same path through the graph.
+        samples += (torch.tensor([0.5]),)
+        names.append(fidelity)
+    axes = {0: "batch", 2: "height", 3: "width"}
     with warnings.catch_warnings():
+        # The tracer warns that data-dependent branches (CodeFormer's `if weight > 0`) are fixed at trace time.
         warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
         torch.onnx.export(
-            module.cpu().float().eval(),
-            (sample,),
+            module,
+            samples,
             str(path),
             dynamo=False,
-            input_names=["input"],
+            input_names=names,
             output_names=["output"],
-            dynamic_axes={"input": axes, "output": axes},
+            dynamic_axes=None if fixed_size else {"input": axes, "output": axes},
             opset_version=opset,
         )
     _float32_only(path)
+
+
+class _Half(torch.nn.Module):
+    """Runs the wrapped module in float16 on float32 inputs and returns float32 (what an fp16 export traces)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module.half()
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        return self.module(*(x.half() for x in xs)).float()
 
 
 def _float32_only(path: Path) -> None:

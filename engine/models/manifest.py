@@ -7,6 +7,8 @@ spec, and per file its format, where it comes from (an installed package or a UR
 from __future__ import annotations
 
 import importlib.util
+import json
+import logging
 import os
 import tomllib
 from pathlib import Path
@@ -17,6 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from engine.errors import InvalidInput
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.toml")
+# Written by `models export` in the models folder: the ONNX files exported here, with their sha256.
+EXPORTS_FILE = "exports.json"
+
+log = logging.getLogger(__name__)
 
 Sha256 = str
 
@@ -32,7 +38,9 @@ class IOSpec(_Strict):
     Output: NCHW in `colour` order, values in `output_range`, mapped linearly back to 0–255 and clamped
     (models overshoot their range).
     `source`: a face swapper's second input, the 1×512 float32 identity latent, fed as is (not an image).
-    The graph takes its inputs in the order `input`, `source`.
+    `fidelity`: a face restorer's second input, its fidelity weight as a float32 array of shape [1] in [0, 1]
+    (CodeFormer's `w`).
+    The graph takes its inputs in the order `input`, then `source` or `fidelity`.
     `batch`: the batch size the graph's inputs declare when it is fixed (the released InSwapper files say 1, so
     faces go one call each); None when N is free.
     """
@@ -44,19 +52,22 @@ class IOSpec(_Strict):
     std: tuple[float, float, float] = (1.0, 1.0, 1.0)
     output_range: tuple[float, float] = (0.0, 1.0)
     source: str | None = None
+    fidelity: str | None = None
     batch: int | None = Field(default=None, ge=1)
 
     @property
     def input_names(self) -> tuple[str, ...]:
         """The graph's inputs in the order it takes them."""
-        return (self.input,) if self.source is None else (self.input, self.source)
+        return (self.input, *(name for name in (self.source, self.fidelity) if name is not None))
 
 
 class FileSpec(_Strict):
     """One file of a model.
 
     Embedded files (`package` set) are read from an installed package's folder; for ncnn, `filename` is the
-    `.param` and `bin` the weights. Downloaded files (`url` set) live in the models folder under `filename`.
+    `.param` and `bin` the weights. Downloaded files (`url` set) live in the models folder under `filename`, and
+    so do files exported here by `models export` (`derived_from` = the content key of the file they came from).
+    `precision`: the float type the graph computes in (its inputs and outputs are float32 either way).
     `size` is in bytes; sha256 values are lower-case hex.
     """
 
@@ -69,11 +80,16 @@ class FileSpec(_Strict):
     bin: str | None = None
     bin_sha256: Sha256 | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     bin_size: int | None = None
+    derived_from: str | None = Field(default=None, pattern=r"^[0-9a-f]{64,}$")
+    precision: Literal["fp32", "fp16"] = "fp32"
 
     @model_validator(mode="after")
     def _one_origin(self) -> FileSpec:
-        if (self.url is None) == (self.package is None):
-            raise ValueError(f"{self.filename}: exactly one of url (downloaded) or package (embedded) must be set")
+        if sum(x is not None for x in (self.url, self.package, self.derived_from)) != 1:
+            raise ValueError(
+                f"{self.filename}: exactly one of url (downloaded), package (embedded) or derived_from (exported)"
+                " must be set"
+            )
         if self.format == "ncnn" and (self.bin is None or self.bin_sha256 is None):
             raise ValueError(f"{self.filename}: an ncnn file needs bin and bin_sha256")
         return self
@@ -81,6 +97,10 @@ class FileSpec(_Strict):
     @property
     def embedded(self) -> bool:
         return self.package is not None
+
+    @property
+    def exported(self) -> bool:
+        return self.derived_from is not None
 
     @property
     def key(self) -> str:
@@ -165,6 +185,32 @@ class Manifest(_Strict):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             raise InvalidInput(f"model manifest {path} is invalid at {where}: {first['msg']}") from exc
+
+    def with_exports(self, models_dir: Path) -> Manifest:
+        """This catalogue plus the files `models export` wrote to `models_dir` (listed in its exports.json).
+
+        An export is only listed while its file exists and the file it was made from is still in the catalogue
+        (a changed source makes the export stale). Its sha256 is verified like any other file's before use.
+        """
+        path = models_dir / EXPORTS_FILE
+        if not path.is_file():
+            return self
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))["exports"]
+            exports = [(str(e["model"]), FileSpec.model_validate(e["file"])) for e in entries]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidInput(f"{path} is unreadable ({exc}); delete it and export again".splitlines()[0]) from None
+        models = dict(self.models)
+        for model_id, file in exports:
+            spec = models.get(model_id)
+            if spec is None or not (models_dir / file.filename).is_file():
+                continue
+            if file.derived_from not in {f.key for f in spec.files if not f.exported}:
+                log.info("ignoring stale export %s: its source is no longer in the catalogue", file.filename)
+                continue
+            kept = tuple(f for f in spec.files if f.filename != file.filename)
+            models[model_id] = spec.model_copy(update={"files": (*kept, file)})
+        return Manifest(models=models)
 
     def get(self, model_id: str) -> ModelSpec:
         """The model `model_id`, or InvalidInput naming the known ids."""

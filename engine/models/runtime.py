@@ -4,16 +4,19 @@
 loads stay warm for the rest of the job.
 
 Which file serves a model (all files of a model hold the same weights):
-1. a present file in the backend's native format, downloaded files before embedded ones (the official files
-   are float32; the embedded ncnn copies are stored as float16);
+1. a present file in the backend's native format, of the precision the job asks for (`fp16`: a float16 export
+   from `models export --fp16`), downloaded files before embedded ones (the official files are float32; the
+   embedded ncnn copies are stored as float16);
 2. a present file of another format that can be converted (ncnn → ONNX graph or state dict; pth → ONNX export;
    ONNX → torch module);
 3. otherwise a downloadable file is fetched (or, offline, `ModelUnavailable` names every missing file).
-Derived files (ONNX graphs) are cached in the cache folder under the source's sha256.
+Derived files (ONNX graphs) are cached in the cache folder under the source's sha256. `export` writes such a
+graph to the models folder instead and records its sha256 (`models export`), so it is verified like a download.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -23,10 +26,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from engine.backends import BackendName, Device, Session
-from engine.errors import BackendUnavailable, ChecksumMismatch, ModelUnavailable
+from engine.backends import BackendName, Device, Session, gpu_visible
+from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable
 from engine.models import fetch
-from engine.models.manifest import FileSpec, Manifest, ModelSpec
+from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, ModelSpec
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +42,9 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 
 # Bump when the ncnn → ONNX conversion or the ONNX export changes, so cached graphs are rebuilt.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
+# The formats a PyTorch module can be built from, i.e. what `export` can start from.
+TORCH_SOURCES = ("pth", "safetensors", "ncnn")
 
 NATIVE: Mapping[BackendName, tuple[str, ...]] = MappingProxyType(
     {
@@ -97,6 +102,9 @@ class Runtime:
     _sessions: dict[tuple[str, str], LoadedModel] = field(default_factory=dict, repr=False)
     _verified: set[Path] = field(default_factory=set, repr=False)
 
+    def __post_init__(self) -> None:
+        self.manifest = self.manifest.with_exports(self.folders.models)
+
     # -- choosing files -------------------------------------------------------------------------------------
     def backend_for(self, requested: str | None) -> BackendName:
         """Resolve "auto"/None (the job's choice) to an installed backend."""
@@ -134,7 +142,13 @@ class Runtime:
                 continue
             actual = fetch.sha256_file(p)
             if actual != expected:
-                fix = f"reinstall {file.package}" if file.embedded else "delete it to download it again"
+                fix = (
+                    f"reinstall {file.package}"
+                    if file.embedded
+                    else "export it again"
+                    if file.exported
+                    else "delete it to download it again"
+                )
                 raise ChecksumMismatch(
                     f"{p} has sha256 {actual[:12]}…, expected {expected[:12]}… (modified or corrupt); {fix}"
                 )
@@ -144,9 +158,17 @@ class Runtime:
     def choose_file(self, spec: ModelSpec, backend: BackendName) -> FileSpec:
         """The file that will serve `spec` on `backend` (see the module docstring for the order)."""
         usable = [f for f in spec.files if f.format in NATIVE[backend]]
+        device = self._device()
+        # Half precision is what `fp16` asks for where it runs: on a GPU (CPU float16 kernels are slow or missing).
+        half = self.settings.fp16 and device.kind == "cuda" and (device.explicit or gpu_visible())
 
-        def rank(f: FileSpec) -> tuple[int, int, int]:
-            return (0 if self.is_present(f) else 1, 1 if f.embedded else 0, NATIVE[backend].index(f.format))
+        def rank(f: FileSpec) -> tuple[int, int, int, int]:
+            return (
+                0 if self.is_present(f) else 1,
+                0 if (f.precision == "fp16") == half else 1,
+                1 if f.embedded else 0,
+                NATIVE[backend].index(f.format),
+            )
 
         return min(usable, key=rank)
 
@@ -154,7 +176,11 @@ class Runtime:
         """Make sure every model has a verified file for `backend`; downloads what is missing (one error lists all)."""
         model_ids = list(model_ids)
         chosen = [self.choose_file(self.manifest.get(m), self.backend_for(backend)) for m in model_ids]
-        missing = [f for f in chosen if not self.is_present(f)]
+        self._ensure_files(chosen, model_ids)
+        return chosen
+
+    def _ensure_files(self, files: list[FileSpec], model_ids: list[str]) -> None:
+        missing = [f for f in files if not self.is_present(f)]
         not_installed = sorted({f.package or "" for f in missing if f.embedded})
         if not_installed:
             raise ModelUnavailable(
@@ -171,7 +197,6 @@ class Runtime:
                 # The licence goes with the instructions for fetching by hand (some models are non-commercial).
                 licences = "; ".join(dict.fromkeys(self.manifest.get(m).licence_line() for m in model_ids))
                 raise ModelUnavailable(f"{exc} — licence: {licences}") from exc
-        return chosen
 
     # -- loading --------------------------------------------------------------------------------------------
     def load(self, model_id: str, backend: str | None = None) -> LoadedModel:
@@ -222,11 +247,69 @@ class Runtime:
             else:
                 from engine.backends.torch import export_onnx
 
-                export_onnx(self._torch_module(spec, file), tmp_path, fixed_size=spec.input_size)
+                export_onnx(
+                    self._torch_module(spec, file), tmp_path, fixed_size=spec.input_size, fidelity=spec.io.fidelity
+                )
             os.replace(tmp_path, target)
         finally:
             tmp_path.unlink(missing_ok=True)
         return target
+
+    # -- exporting ------------------------------------------------------------------------------------------
+    def export(self, model_id: str, *, fp16: bool = False) -> tuple[Path, FileSpec, dict[str, list[dict[str, object]]]]:
+        """Export `model_id` from its PyTorch weights to an ONNX graph in the models folder and record it.
+
+        The graph takes the model's declared inputs (`input`, plus `weight` for CodeFormer; float32 NCHW) and
+        gives `output`; `fp16` makes it compute in float16 with float32 inputs and outputs. Its sha256 goes to
+        the models folder's exports.json, so later runs verify it and the ONNX backend picks it up.
+        Downloads the weights when missing (offline: ModelUnavailable). Returns (path, file entry, graph I/O).
+        """
+        from engine.backends.onnx import describe_graph
+
+        spec = self.manifest.get(model_id)
+        sources = [f for f in spec.files if f.format in TORCH_SOURCES]
+        if not sources:
+            raise InvalidInput(f"{model_id} is published as ONNX only; there is nothing to export")
+        if spec.io.source is not None:
+            raise InvalidInput(f"{model_id} takes an identity input, which the exporter does not trace")
+        source = min(sources, key=lambda f: (0 if self.is_present(f) else 1, 1 if f.embedded else 0))
+        self._ensure_files([source], [model_id])
+        filename = f"exports/{model_id}{'-fp16' if fp16 else ''}.onnx"
+        target = self.folders.models / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as tmp:
+            tmp_path = Path(tmp.name)
+        try:
+            from engine.backends.torch import export_onnx
+
+            module = self._torch_module(spec, source)
+            export_onnx(module, tmp_path, fixed_size=spec.input_size, fidelity=spec.io.fidelity, fp16=fp16)
+            io = describe_graph(tmp_path)
+            file = FileSpec(
+                format="onnx",
+                filename=filename,
+                sha256=fetch.sha256_file(tmp_path),
+                size=tmp_path.stat().st_size,
+                derived_from=source.key,
+                precision="fp16" if fp16 else "fp32",
+            )
+            os.replace(tmp_path, target)
+        finally:
+            tmp_path.unlink(missing_ok=True)
+        self._record_export(model_id, file, io)
+        self._verified.add(target)
+        self.manifest = self.manifest.with_exports(self.folders.models)
+        return target, file, io
+
+    def _record_export(self, model_id: str, file: FileSpec, io: dict[str, list[dict[str, object]]]) -> None:
+        """Add or replace the entry for `file` in exports.json (written whole to a temp file, then renamed)."""
+        path = self.folders.models / EXPORTS_FILE
+        entries = json.loads(path.read_text(encoding="utf-8"))["exports"] if path.is_file() else []
+        entries = [e for e in entries if e.get("file", {}).get("filename") != file.filename]
+        entries.append({"model": model_id, "file": file.model_dump(mode="json", exclude_none=True), "io": io})
+        tmp = path.with_name(f".{path.name}.part")
+        tmp.write_text(json.dumps({"exports": entries}, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
 
     def _read_ncnn(self, file: FileSpec) -> NcnnModel:
         from engine.models import ncnn
