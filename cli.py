@@ -84,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     mexport.add_argument("--fp16", action="store_true", help="compute in float16 (inputs and outputs stay float32)")
     mexport.add_argument("--offline", action="store_true", help="never download the weights to export")
 
+    ui = sub.add_parser("ui", help="start the web UI (the default command)")
+    ui.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    ui.add_argument("--port", type=int, default=7860)
+    ui.add_argument("--share", action="store_true", help="also serve through a public Gradio share link")
+    ui.add_argument("--auth", metavar="USER:PASS", help="require this login (needed with --share)")
+    ui.add_argument("--max-file-size", default="2gb", help="largest upload accepted, e.g. 500mb or 2gb")
+    ui.add_argument("--queue-size", type=int, default=16, help="jobs that may wait at once")
+
     presets = sub.add_parser("presets", help="list, check and describe presets")
     psub = presets.add_subparsers(dest="action", required=True, parser_class=_Parser)
     psub.add_parser("list", help="built-in presets")
@@ -100,8 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if debug else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, _terminate)
     try:
+        commands = [a for a in argv if a != "--debug"]
+        if not commands or commands[0] not in {"run", "models", "presets", "ui", "-h", "--help"}:
+            argv = ["ui", *argv]  # no command: the web UI
         args = build_parser().parse_args(argv)
-        handler = {"run": cmd_run, "models": cmd_models, "presets": cmd_presets}[args.command]
+        handler = {"run": cmd_run, "models": cmd_models, "presets": cmd_presets, "ui": cmd_ui}[args.command]
         return handler(args)
     except FacestudioError as exc:
         if debug:
@@ -370,6 +381,36 @@ def _models_fetch(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
     paths = fetch.ensure(items, runtime.folders.models, offline=False, progress_factory=_download_progress)
     for path in paths:
         print(f"ok {path}")
+    return 0
+
+
+# -- ui -------------------------------------------------------------------------------------------------------
+def ui_settings(args: argparse.Namespace) -> Any:
+    """Check the serving flags: a share link is public, so it needs a login."""
+    from webui.app import UISettings
+
+    auth = None
+    if args.auth is not None:
+        user, _, password = args.auth.partition(":")
+        if not user or not password:
+            raise UsageError("--auth must be USER:PASS with both parts non-empty")
+        auth = (user, password)
+    if args.share and auth is None:
+        raise UsageError("--share makes the app public: add --auth USER:PASS so only you and your collaborators get in")
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port must be 1–65535, got {args.port}")
+    if args.queue_size < 1:
+        raise UsageError("--queue-size must be at least 1")
+    return UISettings(host=args.host, port=args.port, share=args.share, auth=auth,
+                      max_file_size=args.max_file_size, queue_size=args.queue_size)  # fmt: skip
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    settings = ui_settings(args)
+    from webui.app import launch
+
+    print(f"facestudio UI on http://{settings.host}:{settings.port} (Ctrl-C stops it)", file=sys.stderr)
+    launch(settings)
     return 0
 
 
