@@ -19,11 +19,14 @@ from pydantic import Field
 
 import cli
 from engine import demo, video
-from engine.job import Preset, load_preset_raw
+from engine.errors import Cancelled
+from engine.job import Preset, RuntimeSettings, load_preset_raw
+from engine.models.manifest import MANIFEST_PATH
+from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame
 from processors import REGISTRY, build_registry
-from webui.app import Studio, UISettings, launch
+from webui.app import Studio, UISettings, _UIProgress, launch
 
 
 def free_port() -> int:
@@ -55,7 +58,7 @@ class Invert(FrameProcessor[InvertOptions]):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Studio]]:
+def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Studio]]:
     """The app with the built-in processors plus the toy one, on a free port, uploads capped at 2 MB."""
     studio = Studio(build_registry([*REGISTRY.values(), Invert]), work_dir=tmp_path_factory.mktemp("ui-work"))
     port = free_port()
@@ -71,7 +74,7 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("ui-media")
     clip = demo.make_clip(folder / "clip.mp4", 160, 90, 8)
     photo = folder / "photo.png"
-    video.write_image(photo, demo.photo()[:200, :240])
+    video.write_image(photo, demo.photo())
     return {"clip": clip, "photo": photo, "source": demo.source_photo()}
 
 
@@ -82,8 +85,8 @@ def run_api(url: str, target: Path, sources: list[Path], preset: dict[str, Any])
     )
 
 
-def test_api_runs_swap_and_frame_enhancer_on_a_video(server: tuple[str, Studio], media: dict[str, Path]) -> None:
-    url, _ = server
+def test_api_runs_swap_and_frame_enhancer_on_a_video(ui: tuple[str, Studio], media: dict[str, Path]) -> None:
+    url, _ = ui
     preset = {"processors": ["face_swapper", "frame_enhancer"], "frame_enhancer": {"scale": 2}}
     output, sidecar, report = run_api(url, media["clip"], [media["source"]], preset)
     info = video.probe(Path(output))
@@ -94,15 +97,15 @@ def test_api_runs_swap_and_frame_enhancer_on_a_video(server: tuple[str, Studio],
     assert "Synthetic media" in video.read_video_metadata(Path(output)).get("comment", "")
 
 
-def test_api_refuses_without_consent(server: tuple[str, Studio], media: dict[str, Path]) -> None:
-    url, _ = server
+def test_api_refuses_without_consent(ui: tuple[str, Studio], media: dict[str, Path]) -> None:
+    url, _ = ui
     client = Client(url, verbose=False)
     with pytest.raises(Exception, match="consent"):
         client.predict(handle_file(str(media["photo"])), [], "", False, api_name="/run")
 
 
-def test_files_outside_a_sessions_own_results_are_refused(server: tuple[str, Studio], media: dict[str, Path]) -> None:
-    url, studio = server
+def test_files_outside_a_sessions_own_results_are_refused(ui: tuple[str, Studio], media: dict[str, Path]) -> None:
+    url, studio = ui
     output, _, _ = run_api(url, media["photo"], [], {"processors": ["invert"]})
     # The session's own result, as Gradio handed it back, is served to it.
     assert httpx.get(f"{url}gradio_api/file={output}").status_code == 200
@@ -115,8 +118,8 @@ def test_files_outside_a_sessions_own_results_are_refused(server: tuple[str, Stu
     assert httpx.get(f"{url}gradio_api/file=../../../../etc/passwd").status_code in (403, 404)
 
 
-def test_upload_over_the_limit_is_refused(server: tuple[str, Studio], tmp_path: Path) -> None:
-    url, _ = server
+def test_upload_over_the_limit_is_refused(ui: tuple[str, Studio], tmp_path: Path) -> None:
+    url, _ = ui
     big = tmp_path / "big.png"
     big.write_bytes(os.urandom(3 * 1024 * 1024))
     with big.open("rb") as handle:
@@ -128,8 +131,8 @@ def test_upload_over_the_limit_is_refused(server: tuple[str, Studio], tmp_path: 
         assert httpx.post(f"{url}gradio_api/upload", files={"files": ("s.png", handle)}).status_code == 200
 
 
-def test_four_clients_at_once_get_their_own_results(server: tuple[str, Studio], media: dict[str, Path]) -> None:
-    url, studio = server
+def test_four_clients_at_once_get_their_own_results(ui: tuple[str, Studio], media: dict[str, Path]) -> None:
+    url, studio = ui
     results: dict[int, tuple[str, str, dict]] = {}
     errors: list[BaseException] = []
 
@@ -157,8 +160,8 @@ def test_four_clients_at_once_get_their_own_results(server: tuple[str, Studio], 
             assert httpx.get(f"{url}gradio_api/file={path}").status_code == 403
 
 
-def test_a_registered_processor_gets_its_cell(server: tuple[str, Studio]) -> None:
-    url, studio = server
+def test_a_registered_processor_gets_its_cell(ui: tuple[str, Studio]) -> None:
+    url, studio = ui
     config = httpx.get(f"{url}config").json()
     labels = {c.get("props", {}).get("label") for c in config["components"]}
     assert "Toy inverter" in labels and "use toy inverter" in labels
@@ -204,3 +207,52 @@ def test_unsafe_or_bad_serving_flags_exit_2(flags: list[str], message: str, caps
     assert cli.main(["ui", *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+def test_faces_cell_crops_faces_and_a_picked_one_becomes_the_reference(tmp_path: Path, media: dict[str, Path]) -> None:
+    studio = Studio(work_dir=tmp_path / "work")
+    studio.build()
+    values = studio.values_from(Preset.parse(load_preset_raw("default"), studio.registry))
+    crops = studio.find_faces(str(media["photo"]), 0, values, tmp_path)
+    assert len(crops) == 1 and (tmp_path / "face-0.png").is_file()
+    raw = {
+        "processors": ["face_swapper"],
+        "faces": {"selector": "reference", "reference_image": str(tmp_path / "face-0.png")},
+    }
+    report = studio.execute(raw, str(media["photo"]), [str(media["source"])], tmp_path, None)
+    assert report.faces_processed == 1
+
+
+def test_models_cell_downloads_with_progress(server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    payload = os.urandom(200_000)
+    item = server.item("GFPGANv1.3.pth", payload)
+    text = MANIFEST_PATH.read_text()
+    start = text.index("[[models.gfpgan_1_3.files]]")
+    end = text.index("\n\n", start)
+    entry = (f'[[models.gfpgan_1_3.files]]\nformat = "pth"\nfilename = "GFPGANv1.3.pth"\nurl = "{item.url}"\n'
+             f'size = {item.size}\nsha256 = "{item.sha256}"')  # fmt: skip
+    (tmp_path / "manifest.toml").write_text(text[:start] + entry + text[end:])
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(tmp_path / "manifest.toml"))
+    runtime = Runtime(RuntimeSettings())
+    assert Studio._availability(runtime.manifest.get("gfpgan_1_3"), runtime) == "missing"
+    calls: list[tuple[int, int | None]] = []
+    (path,) = Studio.download("gfpgan_1_3", runtime, lambda _: lambda done, total: calls.append((done, total)))
+    assert path.read_bytes() == payload and calls[-1] == (len(payload), len(payload))
+    assert Studio._availability(runtime.manifest.get("gfpgan_1_3"), runtime) == "downloaded"
+
+
+def test_cancel_stops_the_job_and_leaves_no_output(tmp_path: Path, media: dict[str, Path]) -> None:
+    studio = Studio(work_dir=tmp_path / "work")
+    studio.build()
+    flag = threading.Event()
+    shown: list[Any] = []
+
+    def progress(value: Any, desc: str | None = None, unit: str | None = None) -> None:
+        shown.append((value, desc))
+        flag.set()  # the user presses Cancel as soon as the first progress shows
+
+    raw = {"processors": ["frame_enhancer"], "frame_enhancer": {"scale": 1}}
+    with pytest.raises(Cancelled, match="cancelled from the UI"):
+        studio.execute(raw, str(media["clip"]), [], tmp_path, _UIProgress(progress, flag))  # type: ignore[arg-type]
+    assert shown[0] == ((0, 8), "frames")
+    assert not list(tmp_path.glob("*.mp4*"))

@@ -223,6 +223,34 @@ class Studio:
         path.write_text(tomli_w.dumps(_toml_ready(preset.to_raw())), encoding="utf-8")
         return path
 
+    def find_faces(self, target: str | None, index: int, values: Sequence[Any], folder: Path) -> list[Frame]:
+        """Crops of every face on frame `index` of the target (analyser as the Faces cell sets it), each also
+        saved as `folder/face-<i>.png`, the file a click makes the reference image."""
+        if not target:
+            raise InvalidInput("add a target first")
+        frame = _frame_at(Path(target), index)
+        faces = Job.parse({**self.raw_from(values), "target": target, "output": "x.png"}, self.registry).faces
+        settings = faces.model_copy(update={"selector": "many", "reference_image": None})
+        stage = FaceStage.create(settings, self.runtime(RuntimeSettings(offline=True)), [], Path(target))
+        crops = [_crop(frame, face.box) for face in stage.analyser.detect(frame)]
+        for i, crop in enumerate(crops):
+            video.write_image(folder / f"face-{i}.png", crop)
+        return crops
+
+    @staticmethod
+    def download(model_id: str | None, runtime: Runtime, progress_factory: Any = None) -> list[Path]:
+        """Download a model's files as `models fetch` does: an embedded model's official originals, else the file
+        the default backend loads. Returns the paths now present."""
+        if not model_id:
+            raise InvalidInput("choose a model first")
+        spec = runtime.manifest.get(model_id)
+        files = (
+            [f for f in spec.files if not f.embedded]
+            if spec.embedded
+            else [runtime.choose_file(spec, runtime.backend_for(None))]
+        )
+        return fetch.ensure(files, runtime.folders.models, offline=False, progress_factory=progress_factory)
+
     # -- running ----------------------------------------------------------------------------------------------
     def execute(
         self, raw: dict[str, Any], target: str | None, sources: Sequence[str], folder: Path, progress: Any
@@ -274,7 +302,9 @@ class Studio:
             gr.Markdown("# facestudio\nSwap and restore faces, upscale frames, keep the audio.")
             with gr.Group():
                 gr.Markdown(f"**Responsible use.** {consent.NOTICE}")
-                agreed = gr.Checkbox(label="I have read this and have the consent of the people shown", value=False)
+                agreed = gr.Checkbox(
+                    label="I have read this and have the consent of the people shown", value=False, elem_id="consent"
+                )
             with gr.Row():
                 preset_names = sorted(p.stem for p in Path(load_preset_dir()).glob("*.toml"))
                 preset_pick = gr.Dropdown(preset_names, value="default", label="preset", scale=2)
@@ -284,17 +314,24 @@ class Studio:
             preset_file = gr.File(label="saved preset", visible=False)
 
             with gr.Accordion("Source", open=True):
-                sources = gr.File(label="source face images", file_count="multiple", file_types=["image"])
+                sources = gr.File(
+                    label="source face images", file_count="multiple", file_types=["image"], elem_id="sources"
+                )
                 source_faces = gr.Gallery(label="source faces found", columns=6, height=160)
             with gr.Accordion("Target", open=True):
-                target = gr.File(label="target image or video", file_types=["image", "video"])
+                target = gr.File(label="target image or video", file_types=["image", "video"], elem_id="target")
                 frame_index = gr.Slider(0, 1, step=1, value=0, label="frame")
                 target_info = gr.Markdown()
 
             for pid, cls in self.registry.items():
                 options = default.options.get(pid) or cls.Options()
                 with gr.Accordion(cls.title, open=pid in default.processors):
-                    add("enable", pid, gr.Checkbox(label=f"use {cls.title.lower()}", value=pid in default.processors))
+                    enabled = pid in default.processors
+                    add(
+                        "enable",
+                        pid,
+                        gr.Checkbox(label=f"use {cls.title.lower()}", value=enabled, elem_id=f"use-{pid}"),
+                    )
                     add(
                         "backend",
                         pid,
@@ -338,15 +375,15 @@ class Studio:
                         )
 
             with gr.Row():
-                run = gr.Button("Run", variant="primary")
+                run = gr.Button("Run", variant="primary", elem_id="run")
                 cancel = gr.Button("Cancel", variant="stop")
                 preview_btn = gr.Button("Preview frame")
-            status = gr.Markdown()
+            status = gr.Markdown(elem_id="status")
             with gr.Accordion("Result", open=True):
                 compare = gr.ImageSlider(label="before / after (chosen frame)", type="numpy")
-                result_image = gr.Image(label="result", visible=False, type="filepath")
-                result_video = gr.Video(label="result", visible=False)
-                qa = gr.Markdown()
+                result_image = gr.Image(label="result", visible=False, type="filepath", elem_id="result-image")
+                result_video = gr.Video(label="result", visible=False, elem_id="result-video")
+                qa = gr.Markdown(elem_id="summary")
                 downloads = gr.File(label="output and job sidecar", file_count="multiple")
             with gr.Accordion("Models", open=False):
                 models_table = gr.Dataframe(
@@ -359,7 +396,7 @@ class Studio:
                 with gr.Row():
                     download = gr.Button("Download")
                     verify = gr.Button("Verify present files")
-                models_status = gr.Markdown()
+                models_status = gr.Markdown(elem_id="status")
 
             # -- events ---------------------------------------------------------------------------------------
             def on_target(path: str | None) -> tuple[Any, str]:
@@ -402,23 +439,8 @@ class Studio:
             sources.change(on_sources, [sources, *settings], [source_faces], api_visibility="private")
 
             def on_detect(path: str | None, index: float, request: gr.Request, *values: Any) -> list[np.ndarray]:
-                if not path:
-                    raise gr.Error("add a target first", print_exception=False)
                 try:
-                    frame = _frame_at(Path(path), int(index))
-                    raw = self.raw_from(values)
-                    faces = Job.parse({**raw, "target": path, "output": "x.png"}, self.registry).faces
-                    stage = FaceStage.create(
-                        faces.model_copy(update={"selector": "many", "reference_image": None}),
-                        self.runtime(RuntimeSettings(offline=True)),
-                        [],
-                        Path(path),
-                    )
-                    folder = self.session_dir(request)
-                    crops = [_crop(frame, f.box) for f in stage.analyser.detect(frame)]
-                    for i, crop in enumerate(crops):
-                        video.write_image(folder / f"face-{i}.png", crop)
-                    return crops
+                    return self.find_faces(path, int(index), values, self.session_dir(request))
                 except Exception as exc:
                     raise _error(exc) from None
 
@@ -542,24 +564,16 @@ class Studio:
             model_pick.change(on_model, [model_pick], [model_licence], api_visibility="private")
 
             def on_download(model_id: str | None, progress: gr.Progress = gr.Progress()) -> tuple[str, Any]:
-                if not model_id:
-                    raise gr.Error("choose a model", print_exception=False)
-                spec = manifest.get(model_id)
-                files = [f for f in spec.files if not f.embedded]
-                if not files:
-                    return f"{model_id} is embedded: nothing to download", gr.update()
-
                 def bar(item: fetch.Downloadable) -> Any:
                     return lambda done, total: progress((done, total), desc=item.filename, unit="B")
 
                 try:
-                    chosen = runtime.choose_file(spec, runtime.backend_for(None))
-                    paths = fetch.ensure([chosen], runtime.folders.models, offline=False, progress_factory=bar)
+                    paths = self.download(model_id, runtime, bar)
                 except Exception as exc:
                     raise _error(exc) from None
-                return f"{spec.licence_line()}\n\nready: {', '.join(p.name for p in paths)}", self._models_rows(
-                    manifest, runtime
-                )
+                spec = manifest.get(str(model_id))
+                ready = ", ".join(p.name for p in paths) or "nothing to download (embedded)"
+                return f"{spec.licence_line()}\n\nready: {ready}", self._models_rows(manifest, runtime)
 
             download.click(
                 on_download,
