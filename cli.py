@@ -109,8 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     try:
         commands = [a for a in argv if a != "--debug"]
-        if not commands or commands[0] not in {"run", "models", "presets", "ui", "-h", "--help"}:
-            argv = ["ui", *argv]  # no command: the web UI
+        if not commands or (commands[0].startswith("-") and commands[0] not in {"-h", "--help"}):
+            argv = ["ui", *argv]  # no command (perhaps UI flags): the web UI
         args = build_parser().parse_args(argv)
         handler = {"run": cmd_run, "models": cmd_models, "presets": cmd_presets, "ui": cmd_ui}[args.command]
         return handler(args)

@@ -256,3 +256,9 @@ def test_cancel_stops_the_job_and_leaves_no_output(tmp_path: Path, media: dict[s
         studio.execute(raw, str(media["clip"]), [], tmp_path, _UIProgress(progress, flag))  # type: ignore[arg-type]
     assert shown[0] == ((0, 8), "frames")
     assert not list(tmp_path.glob("*.mp4*"))
+
+
+def test_no_command_means_the_ui(capsys) -> None:
+    # UI flags without a command go to `ui` (which refuses a share link without a login, before serving).
+    assert cli.main(["--share"]) == 2
+    assert "--share makes the app public" in capsys.readouterr().err
