@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import threading
 import tomllib
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,13 +31,13 @@ import tomli_w
 from engine import consent, pipeline, video
 from engine.errors import Cancelled, FacestudioError, InvalidInput
 from engine.faces.stage import FaceStage
-from engine.job import SETTINGS_GROUPS, Job, Preset, RuntimeSettings, load_preset_raw
+from engine.job import PRESETS_DIR, SETTINGS_GROUPS, Job, Preset, RuntimeSettings, load_preset_raw
 from engine.models import fetch
 from engine.models.manifest import Manifest
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor
 from engine.types import Frame
-from webui.widgets import fields, from_widget, widget
+from webui.widgets import fields, from_widget, unwrap, widget
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,10 @@ class Studio:
                 continue
             model = SETTINGS_GROUPS[group] if group in SETTINGS_GROUPS else self.registry[group].Options
             raw.setdefault(group, {})[name] = from_widget(model.model_fields[name], value)
+        faces = raw.get("faces", {})
+        if faces.get("selector") != "reference":
+            # A face picked earlier stays shown, but only counts while the selector says "reference".
+            faces.pop("reference_image", None)
         return raw
 
     def values_from(self, preset: Preset) -> list[Any]:
@@ -306,7 +311,7 @@ class Studio:
                     label="I have read this and have the consent of the people shown", value=False, elem_id="consent"
                 )
             with gr.Row():
-                preset_names = sorted(p.stem for p in Path(load_preset_dir()).glob("*.toml"))
+                preset_names = sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
                 preset_pick = gr.Dropdown(preset_names, value="default", label="preset", scale=2)
                 preset_load = gr.Button("Load preset", scale=1)
                 preset_name = gr.Textbox(label="save as", placeholder="my-preset", scale=2)
@@ -345,9 +350,8 @@ class Studio:
                     for name, field in fields(cls.Options):
                         choices = None
                         if name in MODEL_FIELDS:
-                            import typing
-
-                            choices = self._model_choices(typing.get_args(field.annotation), manifest, runtime)
+                            ids = typing.get_args(unwrap(field.annotation)[0])
+                            choices = self._model_choices(ids, manifest, runtime)
                         add(pid, name, widget(name, field, _shown(getattr(options, name)), choices))
 
             with gr.Accordion("Faces", open=False):
@@ -396,7 +400,7 @@ class Studio:
                 with gr.Row():
                     download = gr.Button("Download")
                     verify = gr.Button("Verify present files")
-                models_status = gr.Markdown(elem_id="status")
+                models_status = gr.Markdown(elem_id="models-status")
 
             # -- events ---------------------------------------------------------------------------------------
             def on_target(path: str | None) -> tuple[Any, str]:
@@ -649,12 +653,6 @@ class Studio:
             ]
             for spec in manifest.models.values()
         ]
-
-
-def load_preset_dir() -> Path:
-    from engine.job import PRESETS_DIR
-
-    return PRESETS_DIR
 
 
 def _shown(value: Any) -> Any:

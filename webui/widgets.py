@@ -20,7 +20,7 @@ from pydantic.fields import FieldInfo
 SKIPPED = frozenset({"backend"})
 
 
-def _unwrap(annotation: Any) -> tuple[Any, bool]:
+def unwrap(annotation: Any) -> tuple[Any, bool]:
     """(the annotation without `| None`, whether None is allowed)."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -43,7 +43,7 @@ def widget(name: str, field: FieldInfo, value: Any, choices: list[tuple[str, Any
     """The component for one settings field, showing `value`. `choices` relabels a Literal's values."""
     label = name.replace("_", " ")
     info = field.description
-    annotation, optional = _unwrap(field.annotation)
+    annotation, optional = unwrap(field.annotation)
     if typing.get_origin(annotation) is Literal:
         options = choices or [(str(v), v) for v in typing.get_args(annotation)]
         return gr.Dropdown(choices=options, value=value, label=label, info=info)
@@ -60,7 +60,7 @@ def widget(name: str, field: FieldInfo, value: Any, choices: list[tuple[str, Any
 
 def from_widget(field: FieldInfo, value: Any) -> Any:
     """The settings value for what a widget from `widget` holds (empty text = None where None is allowed)."""
-    annotation, optional = _unwrap(field.annotation)
+    annotation, optional = unwrap(field.annotation)
     if annotation in (int, float) and value is not None and value != "":
         number = float(value)
         return int(round(number)) if annotation is int else number
