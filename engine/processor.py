@@ -76,6 +76,11 @@ class FrameProcessor(ABC, Generic[OptionsT]):
         """Provenance for the job sidecar: models, files and providers actually used."""
         return {}
 
+    def computed_pixels(self, width: int, height: int) -> int:
+        """Input pixels the model computes for one width×height frame (tiles with context count twice);
+        the benchmark's `tile_waste` is this over width × height."""
+        return width * height
+
     @abstractmethod
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
         """Process a batch of frames (H×W×3 uint8 RGB) with their contexts; returns new frames in the same order."""

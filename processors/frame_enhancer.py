@@ -1,4 +1,5 @@
-"""Frame enhancer: Real-ESRGAN upscaling of whole frames, tiled with context so tiles leave no seams."""
+"""Frame enhancer: Real-ESRGAN upscaling of whole frames; a frame that fits in memory runs whole, a larger one in
+the largest tiles that fit, each with the context the model needs on its inner edges (no seams, little waste)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from engine.errors import InvalidJob
+from engine.memory import available_memory
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_tensor, to_tensor
@@ -36,7 +38,12 @@ class FrameEnhancerOptions(ProcessorOptions):
         description="output size ÷ input size; default the model's native scale; below it the output is resized down",
     )
     blend: int = Field(default=100, ge=0, le=100, description="% of the enhanced frame over a plain bicubic resize")
-    tile: int = Field(default=512, ge=0, description="tile edge in input pixels, 0 = whole frame at once")
+    tile: int = Field(
+        default=0,
+        ge=0,
+        description="tile edge in input pixels; 0 = automatic: the whole frame when it fits in memory, else the "
+        "largest tiles that do",
+    )
 
     @field_validator("model")
     @classmethod
@@ -49,14 +56,15 @@ class FrameEnhancerOptions(ProcessorOptions):
     @classmethod
     def _tile_size(cls, value: int) -> int:
         if 0 < value < 32:
-            raise ValueError("tile must be 0 (whole frame) or at least 32 pixels")
+            raise ValueError("tile must be 0 (automatic) or at least 32 pixels")
         return value
 
 
 @dataclass(frozen=True)
 class Tile:
-    """One tile of a frame. `window`: (x0, y0, x1, y1) in the reflect-padded frame (what the model sees);
-    `core`: (x0, y0, x1, y1) in frame pixels (what the tile contributes); `offset`: core's (x, y) inside window."""
+    """One tile of a frame, all in frame pixels (x0, y0, x1, y1). `window`: what the model sees, the core grown by
+    the context pad where the frame has pixels; `core`: what the tile contributes; `offset`: core's (x, y) in
+    the window."""
 
     window: tuple[int, int, int, int]
     core: tuple[int, int, int, int]
@@ -66,8 +74,8 @@ class Tile:
 def _tile_len(length: int, tile: int) -> int:
     """Core length along one axis: the frame split into the fewest tiles of at most `tile`, made equal.
 
-    Equal cores keep the windows batchable and avoid computing a nearly empty last tile at full size
-    (640 px with tile 512 → two cores of 320, not 512 + 128).
+    Equal cores avoid computing a nearly empty last tile at full size (640 px with tile 512 → two cores of 320,
+    not 512 + 128) and keep inner windows the same size, so they batch.
     """
     if tile <= 0 or tile >= length:
         return length
@@ -75,28 +83,39 @@ def _tile_len(length: int, tile: int) -> int:
     return -(-length // count)
 
 
-def _axis(length: int, size: int) -> list[tuple[int, int, int]]:
-    """(window start in padded coords, core start, core end) along one axis for cores of `size`."""
-    spans = []
-    for start in range(0, length, size):
-        end = min(start + size, length)
-        # A short last core slides its window back so every window is full size (batchable) and the extra
-        # context comes from real pixels instead of padding.
-        spans.append((min(start, length - size), start, end))
-    return spans
+def _axis(length: int, size: int, pad: int) -> list[tuple[int, int, int, int]]:
+    """(window start, core start, core end, window end) along one axis for cores of `size`.
+
+    Windows reach `pad` pixels past their core into neighbouring pixels only: at the frame's edge the model pads
+    by itself, exactly as it does for a whole frame, so tiled and whole-frame outputs agree.
+    """
+    return [
+        (max(start - pad, 0), start, min(start + size, length), min(start + size + pad, length))
+        for start in range(0, length, size)
+    ]
 
 
 def plan_tiles(width: int, height: int, tile: int, pad: int) -> list[Tile]:
-    """Split a width×height frame into equal windows of (core + 2·pad) pixels whose cores partition it.
-
-    The frame is reflect-padded by `pad` on every side first, so every core has `pad` pixels of context.
-    """
+    """Split a width×height frame into cores of at most `tile` pixels (0: one core) that partition it, each in a
+    window with `pad` pixels of context on its inner sides."""
     tw, th = _tile_len(width, tile), _tile_len(height, tile)
     return [
-        Tile((wx, wy, wx + tw + 2 * pad, wy + th + 2 * pad), (x0, y0, x1, y1), (x0 + pad - wx, y0 + pad - wy))
-        for wy, y0, y1 in _axis(height, th)
-        for wx, x0, x1 in _axis(width, tw)
+        Tile((wx0, wy0, wx1, wy1), (x0, y0, x1, y1), (x0 - wx0, y0 - wy0))
+        for wy0, y0, y1, wy1 in _axis(height, th, pad)
+        for wx0, x0, x1, wx1 in _axis(width, tw, pad)
     ]
+
+
+def _windows(chunk: Sequence[tuple[int, Tile]]) -> list[tuple[int, tuple[int, int, int, int]]]:
+    return [(fi, t.window) for fi, t in chunk]
+
+
+def auto_tile(width: int, height: int, pad: int, budget_pixels: int) -> int:
+    """The tile edge for a frame when at most `budget_pixels` input pixels may go through the model at once:
+    0 (whole frame) when it fits, else the largest square window that does, less its context."""
+    if width * height <= budget_pixels:
+        return 0
+    return max(32, int(budget_pixels**0.5) - 2 * pad)
 
 
 class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
@@ -118,6 +137,8 @@ class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
         self.loaded: LoadedModel = runtime.load(options.model, options.backend)
         self.scale = options.scale if options.scale is not None else float(self.native)
         self.batch = runtime.settings.batch
+        # Half of the memory free now, for the model's working tensors (the rest for the pipeline's queues).
+        self.memory_budget = available_memory(runtime.settings.device) // 2
 
     @classmethod
     def model_ids(cls, options: ProcessorOptions) -> list[str]:
@@ -141,27 +162,41 @@ class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
                 out[i] = self._finish(frames[i], up)
         return out  # type: ignore[return-value]
 
+    def tile_for(self, width: int, height: int) -> int:
+        """The tile edge used for width×height frames: the option, or the automatic choice from the memory
+        free for one model call of `batch` windows."""
+        if self.options.tile:
+            return self.options.tile
+        per_pixel = self.loaded.spec.bytes_per_pixel * self.batch
+        return auto_tile(width, height, self.loaded.spec.tile_pad, self.memory_budget // per_pixel)
+
+    def computed_pixels(self, width: int, height: int) -> int:
+        tiles = plan_tiles(width, height, self.tile_for(width, height), self.loaded.spec.tile_pad)
+        return sum((x1 - x0) * (y1 - y0) for x0, y0, x1, y1 in (t.window for t in tiles))
+
     def _upscale_native(self, frames: list[Frame]) -> list[Frame]:
         """Run the model on same-size frames; returns frames at exactly `native` × their size."""
         spec = self.loaded.spec
         h, w = frames[0].shape[:2]
-        pad = spec.tile_pad
-        tiles = plan_tiles(w, h, self.options.tile, pad)
-        padded = [np.pad(f, ((pad, pad), (pad, pad), (0, 0)), mode="reflect") if pad else f for f in frames]
-        jobs = [(fi, t) for fi in range(len(frames)) for t in tiles]
+        tiles = plan_tiles(w, h, self.tile_for(w, h), spec.tile_pad)
         s = self.native
         results = [np.empty((h * s, w * s, 3), np.uint8) for _ in frames]
-        for start in range(0, len(jobs), self.batch):
-            chunk = jobs[start : start + self.batch]
-            windows = np.stack([padded[fi][t.window[1] : t.window[3], t.window[0] : t.window[2]] for fi, t in chunk])
-            (y,) = self.loaded.session.run({self.loaded.session.input_names[0]: to_tensor(windows, spec.io)})[:1]
-            upscaled = from_tensor(y, spec.io)
-            for (fi, t), up in zip(chunk, upscaled, strict=True):
-                x0, y0, x1, y1 = t.core
-                ox, oy = t.offset
-                results[fi][y0 * s : y1 * s, x0 * s : x1 * s] = up[
-                    oy * s : (oy + y1 - y0) * s, ox * s : (ox + x1 - x0) * s
-                ]
+        # Windows of one size batch together (edge windows are smaller than inner ones).
+        groups: dict[tuple[int, int], list[tuple[int, Tile]]] = {}
+        for fi in range(len(frames)):
+            for t in tiles:
+                groups.setdefault((t.window[2] - t.window[0], t.window[3] - t.window[1]), []).append((fi, t))
+        for jobs in groups.values():
+            for start in range(0, len(jobs), self.batch):
+                chunk = jobs[start : start + self.batch]
+                windows = np.stack([frames[fi][wy0:wy1, wx0:wx1] for fi, (wx0, wy0, wx1, wy1) in _windows(chunk)])
+                (y,) = self.loaded.session.run({self.loaded.session.input_names[0]: to_tensor(windows, spec.io)})[:1]
+                for (fi, t), up in zip(chunk, from_tensor(y, spec.io), strict=True):
+                    x0, y0, x1, y1 = t.core
+                    ox, oy = t.offset
+                    results[fi][y0 * s : y1 * s, x0 * s : x1 * s] = up[
+                        oy * s : (oy + y1 - y0) * s, ox * s : (ox + x1 - x0) * s
+                    ]
         return results
 
     def _finish(self, frame: Frame, native: Frame) -> Frame:

@@ -142,6 +142,9 @@ class ModelSpec(_Strict):
     scale: int = Field(default=1, ge=1, le=8)
     io: IOSpec = IOSpec()
     tile_pad: int = Field(default=0, ge=0)
+    # Working memory of one model call per input pixel (activations alive at once, float32, with headroom):
+    # what the frame enhancer sizes whole frames and tiles by.
+    bytes_per_pixel: int = Field(default=2048, ge=1)
     input_size: int | None = Field(default=None, ge=1)
     template: Template | None = None
     files: tuple[FileSpec, ...] = Field(min_length=1)
