@@ -7,8 +7,9 @@ path it was given, so the same functions serve a system ffmpeg and the one bundl
 Conventions shared by all commands:
 - The video stream is selected with the specifier `V:0`: the first video stream that is not an attached
   picture (cover art), so an audio file with artwork is never mistaken for a video.
-- Frame timing is passed through (`-fps_mode passthrough`), never resampled: `-vsync` is not used because
-  FFmpeg 9 removed it, and any constant-rate mode would drop or duplicate frames of variable-rate input.
+- Frame timing is passed through (`-fps_mode passthrough`): `-vsync` is not used because FFmpeg 9 removed it,
+  and any constant-rate mode would drop or duplicate frames of variable-rate input. A job that asks for another
+  rate gets it from the `fps` filter at decode, where which frame fills each output slot is defined exactly.
 - Raw frames cross pipes as `rgb24`: H×W×3 uint8 RGB, row-major, no padding, the layout of a `Frame`.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from engine.errors import InvalidInput
 
-# Output extension -> ffmpeg muxer. Only containers that can hold H.264 are offered: WebM, for one, cannot.
+# Output extension -> ffmpeg muxer. Only containers that can hold H.264 and HEVC are offered: WebM, for one, cannot.
 MUXERS: Mapping[str, str] = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"}
 
 # Audio codecs (ffmpeg codec names) each muxer stores as they are; anything else is re-encoded to AAC.
@@ -36,6 +37,11 @@ COPYABLE_AUDIO: Mapping[str, frozenset[str]] = {
 AAC_BITRATE = "192k"
 
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+
+# Video encoders a job can choose; libx265 takes the same crf scale and preset names as libx264.
+VIDEO_ENCODERS = ("libx264", "libx265")
+# libx265 refuses smaller frames ("Image size is too small").
+_X265_MIN_SIZE = 16
 
 _RATIONAL = re.compile(r"^[1-9][0-9]*(/[1-9][0-9]*)?$")
 
@@ -81,17 +87,64 @@ def ffmpeg_count_args(ffmpeg: str, path: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def decode_args(ffmpeg: str, path: Path) -> list[str]:
+def encoders_args(ffmpeg: str) -> list[str]:
+    """ffmpeg listing the encoders it was built with on stdout: a legend, a `------` line, then one encoder a line
+    (`flags name description`)."""
+    return [ffmpeg, "-nostdin", "-hide_banner", "-encoders"]
+
+
+def decode_args(
+    ffmpeg: str,
+    path: Path,
+    start_pts: int = 0,
+    end_pts: int | None = None,
+    fps_rational: str | None = None,
+    max_frames: int | None = None,
+) -> list[str]:
     """ffmpeg decoding the first video stream of `path` to raw rgb24 frames on stdout.
 
     Frames come out in presentation order, upright (ffmpeg's default autorotate applies the display matrix,
     so their size is the display size) and each exactly once (`-fps_mode passthrough`). Only errors are
     logged on stderr, so anything there means the input is damaged.
+
+    start_pts, end_pts: keep only the frames whose presentation time, counted from the first frame in the video
+        stream's time base, is in [start_pts, end_pts) (end_pts None: to the end). Integers, so the selection is
+        exact: the `trim` filter compares them with the frames' own integer timestamps.
+    fps_rational: resample to this rate ("12/1", "30000/1001"): output frame k stands for the time
+        start_pts + k / rate and shows the last kept frame that started at or before it (the first kept frame for
+        a slot before it). Slots run until the input ends; end a shorter span with max_frames, not end_pts.
+    max_frames: stop after this many output frames (the span's frame count, so ffmpeg stops decoding there).
     """
-    return [
-        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", str(path),
-        "-map", "0:V:0", "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1",
-    ]  # fmt: skip
+    if start_pts < 0:
+        raise ValueError(f"start_pts must be ≥ 0, got {start_pts}")
+    if end_pts is not None and end_pts <= start_pts:
+        raise ValueError(f"end_pts must be after start_pts ({start_pts}), got {end_pts}")
+    if fps_rational is not None and not _RATIONAL.match(fps_rational):
+        raise ValueError(f"fps_rational must be a positive rational like '30000/1001', got {fps_rational!r}")
+    if max_frames is not None and max_frames < 1:
+        raise ValueError(f"max_frames must be ≥ 1, got {max_frames}")
+    if fps_rational is not None and end_pts is not None:
+        # After an end cut, how many slots the last kept frame fills depends on the duration ffmpeg gives it,
+        # which varies with the container; ending by frame count (max_frames) is exact.
+        raise ValueError("end a resampled span with max_frames, not end_pts")
+    filters: list[str] = []
+    if start_pts or end_pts is not None or fps_rational is not None:
+        # Timestamps are counted from the first frame, then shifted so the span starts at 0: `trim` and `fps`
+        # then work on that timeline whatever the container's start time is.
+        filters.append(f"setpts=PTS-STARTPTS-{start_pts}" if start_pts else "setpts=PTS-STARTPTS")
+        if start_pts or end_pts is not None:
+            filters.append("trim=start_pts=0" + ("" if end_pts is None else f":end_pts={end_pts - start_pts}"))
+    if fps_rational is not None:
+        # round=up maps a frame to the first slot at or after its start, so a slot shows the frame on screen at
+        # its time (sample and hold); start_time=0 puts slot 0 at the span's start.
+        filters.append(f"fps=fps={fps_rational}:start_time=0:round=up")
+    args = [ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", str(path), "-map", "0:V:0"]
+    if filters:
+        args += ["-vf", ",".join(filters)]
+    args += ["-fps_mode", "passthrough"]
+    if max_frames is not None:
+        args += ["-frames:v", str(max_frames)]
+    return [*args, "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
 
 
 def muxer_for(output: Path) -> str:
@@ -99,9 +152,16 @@ def muxer_for(output: Path) -> str:
     muxer = MUXERS.get(output.suffix.lower())
     if muxer is None:
         raise InvalidInput(
-            f"cannot write video to {output}: the extension must be one of {', '.join(MUXERS)} (H.264 output)"
+            f"cannot write video to {output}: the extension must be one of {', '.join(MUXERS)} (H.264/HEVC output)"
         )
     return muxer
+
+
+def seconds_arg(seconds: float) -> str:
+    """A time for ffmpeg options (`-ss`, `-t`): decimal seconds to the microsecond, ffmpeg's own resolution."""
+    if seconds < 0:
+        raise ValueError(f"a time must be ≥ 0 s, got {seconds}")
+    return f"{seconds:.6f}".rstrip("0").rstrip(".")
 
 
 def audio_codec_args(muxer: str, audio_codec: str | None) -> list[str]:
@@ -128,6 +188,17 @@ def metadata_args(muxer: str, metadata: Mapping[str, str]) -> list[str]:
     return args
 
 
+def video_codec_args(muxer: str, encoder: str, crf: int, preset: str) -> list[str]:
+    """`-c:v` and its quality settings. libx265 logs only errors (its own info lines would otherwise fill stderr,
+    which is kept for error messages) and is tagged `hvc1` in MP4/MOV, the tag Apple players require for HEVC."""
+    args = ["-c:v", encoder, "-preset", preset, "-crf", str(crf)]
+    if encoder == "libx265":
+        args += ["-x265-params", "log-level=error"]
+        if muxer in ("mp4", "mov"):
+            args += ["-tag:v", "hvc1"]
+    return args
+
+
 def encode_args(
     ffmpeg: str,
     output: Path,
@@ -139,17 +210,26 @@ def encode_args(
     metadata: Mapping[str, str],
     crf: int = 18,
     preset: str = "medium",
+    encoder: str = "libx264",
+    audio_start: float = 0.0,
+    audio_end: float | None = None,
 ) -> list[str]:
-    """ffmpeg encoding raw rgb24 frames read from stdin to H.264 yuv420p in `output`, with audio from `audio_from`.
+    """ffmpeg encoding raw rgb24 frames read from stdin to H.264 or HEVC yuv420p in `output`, with audio from
+    `audio_from`.
 
-    width, height: frame size in pixels; both must be even (yuv420p halves the chroma planes).
+    width, height: frame size in pixels; both must be even (yuv420p halves the chroma planes), and at least
+        16 for libx265.
     fps_rational: the frame rate as an exact rational string ("30000/1001", "25"), given to `-r` so that
         frame timing carries no rounding; every frame written is encoded once.
     audio_from: file whose first audio stream, if it has one (`-map 1:a:0?`), is muxed in; None for no audio.
     audio_codec: ffmpeg codec name of that audio stream, deciding copy or AAC (`audio_codec_args`).
     metadata: container tags (`metadata_args`).
-    crf: x264 constant rate factor, 0–51 (lower is better; 18 is visually lossless).
-    preset: an x264 preset, `ultrafast` … `veryslow`.
+    crf: constant rate factor, 0–51 (lower is better; for x264 18 is visually lossless and 0 lossless).
+    preset: an x264/x265 preset, `ultrafast` … `veryslow`.
+    encoder: one of VIDEO_ENCODERS.
+    audio_start, audio_end: the part of `audio_from` to keep, in seconds of its timeline (end exclusive; None =
+        to its end). The cut is sample-accurate: the audio is decoded from `audio_start` (`-ss` before `-i`) and
+        re-encoded to AAC, since a copied stream can only be cut at packet boundaries.
 
     The RGB frames are converted to limited-range BT.709 YUV and tagged as such, the colour space players
     assume for untagged HD video, so colours are not shifted on playback.
@@ -162,19 +242,32 @@ def encode_args(
         raise ValueError(f"crf must be in 0–51, got {crf}")
     if preset not in X264_PRESETS:
         raise ValueError(f"preset must be one of {', '.join(X264_PRESETS)}, got {preset!r}")
+    if encoder not in VIDEO_ENCODERS:
+        raise ValueError(f"encoder must be one of {', '.join(VIDEO_ENCODERS)}, got {encoder!r}")
+    if encoder == "libx265" and min(width, height) < _X265_MIN_SIZE:
+        least = f"{_X265_MIN_SIZE}×{_X265_MIN_SIZE}"
+        raise ValueError(f"libx265 needs a frame size of at least {least}, got {width}×{height}")
+    if audio_end is not None and audio_end <= audio_start:
+        raise ValueError(f"audio_end must be after audio_start ({audio_start} s), got {audio_end} s")
     muxer = muxer_for(output)
     args = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
         "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", fps_rational, "-i", "pipe:0",
     ]  # fmt: skip
+    cut = audio_start > 0 or audio_end is not None
     if audio_from is not None:
+        if audio_start > 0:
+            args += ["-ss", seconds_arg(audio_start)]
+        if audio_end is not None:
+            args += ["-t", seconds_arg(audio_end - audio_start)]
         args += ["-i", str(audio_from)]
     args += ["-map", "0:v:0"]
     if audio_from is not None:
-        args += ["-map", "1:a:0?", *audio_codec_args(muxer, audio_codec)]
+        codec = ["-c:a", "aac", "-b:a", AAC_BITRATE] if cut else audio_codec_args(muxer, audio_codec)
+        args += ["-map", "1:a:0?", *codec]
     args += [
         "-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
-        "-c:v", "libx264", "-preset", preset, "-crf", str(crf), "-pix_fmt", "yuv420p",
+        *video_codec_args(muxer, encoder, crf, preset), "-pix_fmt", "yuv420p",
         "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
         *metadata_args(muxer, metadata),
         "-f", muxer, str(output),

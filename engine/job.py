@@ -20,11 +20,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from engine.errors import InvalidJob
 from engine.faces.select import Order, Selector
-from engine.ffmpeg_commands import X264_PRESETS
+from engine.ffmpeg_commands import VIDEO_ENCODERS, X264_PRESETS
 from engine.processor import FrameProcessor, ProcessorOptions
 
 Registry = Mapping[str, type[FrameProcessor]]
@@ -37,12 +37,47 @@ class _Settings(BaseModel):
 
 
 class VideoSettings(_Settings):
-    """How video output is encoded. `crf`: x264 constant rate factor (0 = lossless, 18 ≈ visually lossless)."""
+    """How video output is encoded, which part of the target it covers and at what rate. Images ignore these.
 
-    encoder: Literal["libx264"] = "libx264"
-    crf: int = Field(default=18, ge=0, le=51, description="x264 quality: lower is better and bigger")
-    preset: Literal[X264_PRESETS] = "medium"  # type: ignore[valid-type]
+    crf: constant rate factor of either encoder (x264: 0 = lossless, 18 ≈ visually lossless).
+    fps: output frames per second (None = the target's rate, every frame kept).
+    trim_start, trim_end: seconds from the target's first frame; the end is exclusive (None = to the end). The
+        audio is cut to the same span.
+    """
+
+    encoder: Literal[VIDEO_ENCODERS] = Field(  # type: ignore[valid-type]
+        default="libx264",
+        description="libx264: H.264, plays everywhere; libx265: HEVC, smaller at the same quality (tagged hvc1)",
+    )
+    crf: int = Field(default=18, ge=0, le=51, description="quality: lower is better and bigger (same scale for both)")
+    preset: Literal[X264_PRESETS] = Field(  # type: ignore[valid-type]
+        default="medium", description="encoder speed: slower presets make smaller files at the same quality"
+    )
     keep_audio: bool = Field(default=True, description="copy the target's first audio stream into the output")
+    fps: float | None = Field(
+        default=None,
+        ge=1.0,
+        le=240.0,
+        allow_inf_nan=False,
+        description="output frames per second, 1–240 (empty = the target's rate); audio stays in sync",
+    )
+    trim_start: float = Field(
+        default=0.0, ge=0.0, allow_inf_nan=False, description="seconds into the target where the output starts"
+    )
+    trim_end: float | None = Field(
+        default=None,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="seconds into the target where the output stops, exclusive (empty = the end)",
+    )
+
+    @field_validator("trim_end")
+    @classmethod
+    def _end_after_start(cls, value: float | None, info: ValidationInfo) -> float | None:
+        start = info.data.get("trim_start")  # absent when trim_start itself failed validation
+        if value is not None and start is not None and value <= start:
+            raise ValueError(f"trim_end must be after trim_start ({start:g} s)")
+        return value
 
 
 class RuntimeSettings(_Settings):

@@ -144,8 +144,9 @@ def check_paths(job: Job, info: video.MediaInfo) -> None:
 def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: Progress | None = None) -> RunReport:
     """Process `job.target` through `chain` into `job.output` and write `<output>.job.json`.
 
-    Raises typed errors only (InvalidInput, TruncatedInput, Cancelled …); on any error no output or partial file
-    is left behind.
+    A video target is read over `job.video`'s span (trim_start–trim_end) at its fps, and its audio is cut to the
+    same span; an image target ignores those settings. Raises typed errors only (InvalidInput, TruncatedInput,
+    Cancelled …); on any error no output or partial file is left behind.
     """
     progress = progress or NullProgress()
     started = time.perf_counter()
@@ -153,7 +154,11 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
     for source in job.sources:
         video.probe(source)
     check_paths(job, info)
-    faces = _face_stage(job, chain, runtime, info)
+    # Both checks need the probed target, and both come before any model runs or any frame is read.
+    span = video.select(info, job.video.trim_start, job.video.trim_end, job.video.fps)
+    if info.kind == "video":
+        video.check_encoder(job.video.encoder)
+    faces = _face_stage(job, chain, runtime, info, span)
     job.output.parent.mkdir(parents=True, exist_ok=True)
     size = output_size(chain, info.width, info.height)
     try:
@@ -161,8 +166,7 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
             _run_image(job, chain, size, faces)
             frames, audio = 1, False
         else:
-            frames = _run_video(job, chain, runtime, info, size, progress, faces)
-            audio = info.has_audio and job.video.keep_audio
+            frames, audio = _run_video(job, chain, runtime, info, span, size, progress, faces)
     except KeyboardInterrupt:
         raise Cancelled("cancelled by the user; nothing was written") from None
     finally:
@@ -182,7 +186,7 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
         frames_without_face=faces.empty_frames if faces else None,
         identity=faces.qa.summary() if faces and faces.qa else None,
     )
-    _write_sidecar(job, report, info)
+    _write_sidecar(job, report, info, span)
     return report
 
 
@@ -202,7 +206,9 @@ class _Faces:
             yield frame, FrameContext(index=index, faces=found, source=self.stage.source)
 
 
-def _face_stage(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: video.MediaInfo) -> _Faces | None:
+def _face_stage(
+    job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: video.MediaInfo, span: video.Span
+) -> _Faces | None:
     """The face stage when a processor of the chain needs faces (sources checked before any frame is read)."""
     if not any(p.needs_faces for p in chain):
         return None
@@ -220,7 +226,8 @@ def _face_stage(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, inf
         raise InvalidJob(
             f"{names} needs 68-point landmarks, which buffalo_l does not give: use faces.analyser=embedded"
         )
-    stage = FaceStage.create(job.faces, runtime, job.sources, job.target, fps=info.fps)
+    # Tracking smooths over seconds, so it needs the rate of the frames it sees: the output rate.
+    stage = FaceStage.create(job.faces, runtime, job.sources, job.target, fps=float(span.rate))
     qa = None
     if stage.source is not None and job.faces.qa_every > 0:
         qa = IdentityQA(stage.analyser, stage.source.embedding, every=job.faces.qa_every)
@@ -263,38 +270,43 @@ def _run_video(
     chain: Sequence[FrameProcessor],
     runtime: Runtime,
     info: video.MediaInfo,
+    span: video.Span,
     size: tuple[int, int],
     progress: Progress,
     faces: _Faces | None,
-) -> int:
+) -> tuple[int, bool]:
+    """Decode `span` of the target, run the chain, encode; returns the frames written and whether the output has
+    audio (a span can hold none of a short audio track)."""
     batch = runtime.settings.batch
     decoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
     encoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
     stop = threading.Event()
     audio_from = job.target if job.video.keep_audio else None
-    progress.stage("frames", info.frame_count)
+    progress.stage("frames", span.frames)
     with (
-        video.FrameReader(job.target, info) as reader,
+        video.FrameReader(job.target, info, span) as reader,
         video.FrameWriter(
             job.output,
             size[0],
             size[1],
-            info.fps_rational,
+            span.fps_rational,
             audio_from=audio_from,
             metadata=synthetic_metadata(job),
             crf=job.video.crf,
             preset=job.video.preset,
+            encoder=job.video.encoder,
+            # Output frame 0 is the span's start, so the audio starts there too.
+            audio_start=float(span.start),
+            audio_end=None if span.end is None else float(span.end),
         ) as writer,
     ):
         decode = _Worker("decode", lambda: _produce(iter(reader), decoded, stop))
         encode = _Worker("encode", lambda: _consume(encoded, writer.write, stop))
-        count = 0
         try:
             for chunk in _chunks(_annotated(faces, _drain(decoded, decode)), batch):
                 frames = [frame for frame, _ in chunk]
                 for out in _process(chain, faces, frames, [ctx for _, ctx in chunk]):
                     _put(encoded, out, stop, encode)
-                count += len(frames)
                 progress.advance(len(frames))
             _put(encoded, _END, stop, encode)
             encode.join()
@@ -306,7 +318,8 @@ def _run_video(
             stop.set()
             decode.thread.join(timeout=5)
             encode.thread.join(timeout=5)
-    return count
+    assert writer.written is not None  # the `with` block closed the writer, which probed what it wrote
+    return writer.written.frame_count, writer.written.has_audio
 
 
 class _Worker:
@@ -387,8 +400,8 @@ def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo) -> None:
-    data = {
+def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo, span: video.Span) -> None:
+    data: dict[str, Any] = {
         "facestudio": VERSION,
         "synthetic": True,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -418,6 +431,13 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo) -> None:
         },
         "seconds": round(report.seconds, 3),
     }
+    if info.kind == "video":
+        # What the output covers, in seconds of the target from its first frame, and its rate.
+        data["span"] = {
+            "start": float(span.start),
+            "end": None if span.end is None else float(span.end),
+            "fps": span.fps_rational,
+        }
     tmp = report.sidecar.with_name(f".{report.sidecar.name}.partial")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, report.sidecar)

@@ -2,8 +2,10 @@
 
 This module is the one choke point where files enter and leave the engine:
 - `probe` validates a target or source before any work starts and describes it (`MediaInfo`).
-- `FrameReader` streams the frames of a video through an ffmpeg pipe; `FrameWriter` streams frames into an
-  H.264 file, muxes the original audio, and only renames the result into place once it is verified.
+- `select` turns a job's span and frame rate into the exact frames to read (`Span`).
+- `FrameReader` streams the frames of a video (or of a `Span` of it) through an ffmpeg pipe; `FrameWriter` streams
+  frames into an H.264 or HEVC file, muxes the original audio, and only renames the result into place once it is
+  verified.
 - `read_image` / `write_image` are the only places where image files are decoded and encoded.
 
 Every frame that crosses this module is a `Frame`: H×W×3 uint8 RGB. Video frames come out upright (the
@@ -15,10 +17,12 @@ optional: without it, `probe` gets the same answers from ffmpeg alone.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -27,7 +31,7 @@ import struct
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
@@ -97,6 +101,10 @@ class MediaInfo:
     pix_fmt: ffmpeg pixel format of the video stream ("yuv420p"); for an image, its Pillow mode ("RGB", "I;16").
     format_name: ffmpeg's container name ("mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm"); for an image, its
         Pillow format ("PNG", "JPEG", "WEBP", "BMP", "TIFF").
+    time_base: seconds per tick of the video stream's timestamps (1/12800, 1/1000 …; for a video whose packets
+        carry no timing, 1/25 with one tick per frame); 0 for an image.
+    timestamps: presentation time of each frame, in `time_base` ticks counted from the first frame, ascending
+        (frame_count entries; `(0,)` for an image). `select` counts the frames of a span with them.
     """
 
     path: Path
@@ -114,6 +122,8 @@ class MediaInfo:
     video_codec: str | None
     pix_fmt: str
     format_name: str
+    time_base: Fraction
+    timestamps: tuple[int, ...] = field(repr=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -162,6 +172,32 @@ def find_ffprobe(ffmpeg: str | None = None) -> str | None:
     if sibling.is_file() and os.access(sibling, os.X_OK):
         return str(sibling)
     return shutil.which("ffprobe")
+
+
+def available_encoders(ffmpeg: str) -> frozenset[str]:
+    """Names of the encoders `ffmpeg` was built with ("libx264", "aac", …)."""
+    done = _run(cmd.encoders_args(ffmpeg))
+    if done.returncode != 0:
+        raise MediaError(f"{ffmpeg} -encoders failed: {_first_error(done.stderr, Path(ffmpeg))}")
+    lines = done.stdout.splitlines()
+    # The legend ends at a line of dashes; each line after it is "flags name description".
+    start = next((i + 1 for i, line in enumerate(lines) if line.strip().startswith("---")), len(lines))
+    return frozenset(line.split()[1] for line in lines[start:] if len(line.split()) >= 2)
+
+
+def check_encoder(encoder: str, ffmpeg: str | None = None) -> None:
+    """Raise InvalidInput, naming the encoder and what to do, when `ffmpeg` (default: `find_ffmpeg()`) was built
+    without the video encoder `encoder` (one of `ffmpeg_commands.VIDEO_ENCODERS`)."""
+    ffmpeg = ffmpeg if ffmpeg is not None else find_ffmpeg()
+    available = available_encoders(ffmpeg)
+    if encoder in available:
+        return
+    others = [e for e in cmd.VIDEO_ENCODERS if e != encoder and e in available]
+    instead = f", or choose video.encoder={others[0]}" if others else ""
+    raise InvalidInput(
+        f"the ffmpeg in use ({ffmpeg}) has no {encoder} encoder: install an FFmpeg built with {encoder} "
+        f"(imageio-ffmpeg's has it) and point FACESTUDIO_FFMPEG at it{instead}"
+    )
 
 
 def _executable_override(variable: str, value: str) -> str:
@@ -478,8 +514,9 @@ def _packets_from_framecrc(text: str) -> tuple[list[_Packet], Fraction]:
     return packets, time_base
 
 
-def _timing(packets: Sequence[_Packet], time_base: Fraction) -> tuple[Fraction, bool]:
-    """(duration in seconds, variable frame rate?) from the kept packets' presentation timestamps.
+def _timing(packets: Sequence[_Packet], time_base: Fraction) -> tuple[Fraction, bool, tuple[int, ...], Fraction]:
+    """(duration in seconds, variable frame rate?, frame timestamps, their time base) from the kept packets'
+    presentation timestamps; the timestamps are ticks from the first frame, ascending (`MediaInfo.timestamps`).
 
     The last frame lasts the median gap between frames. Its own packet duration is not used: ffmpeg's stream
     copy rewrites packet durations from decode-order timestamps in some versions and not in others, which
@@ -490,11 +527,12 @@ def _timing(packets: Sequence[_Packet], time_base: Fraction) -> tuple[Fraction, 
         gaps = [b - a for a, b in itertools.pairwise(pts)]
         ticks = pts[-1] - pts[0] + round(statistics.median(gaps))
         if ticks > 0:
-            return ticks * time_base, max(gaps) - min(gaps) > 1
+            return ticks * time_base, max(gaps) - min(gaps) > 1, tuple(t - pts[0] for t in pts), time_base
     elif len(packets) == 1 and packets[0].duration > 0:
-        return packets[0].duration * time_base, False
+        return packets[0].duration * time_base, False, (0,), time_base
     logger.warning("video packets carry no usable timing; assuming %s fps", _FALLBACK_FPS)
-    return len(packets) / _FALLBACK_FPS, False
+    # Frame i at i / 25 s: the timestamps that go with the duration assumed here.
+    return len(packets) / _FALLBACK_FPS, False, tuple(range(len(packets))), 1 / _FALLBACK_FPS
 
 
 def _video_info(
@@ -510,7 +548,7 @@ def _video_info(
     kept = [p for p in packets if not p.discard]
     if not kept:
         raise InvalidInput(f"{path} has a video stream with no frames in it: re-export or re-download it")
-    duration, vfr = _timing(kept, time_base)
+    duration, vfr, timestamps, timestamp_base = _timing(kept, time_base)
     # Denominators up to 1001 hold every broadcast rate (24000/1001, 30000/1001 …) exactly; the error this
     # rounding adds to a variable-rate average is far below one frame over any realistic length.
     rate = (len(kept) / duration).limit_denominator(1001)
@@ -532,6 +570,8 @@ def _video_info(
         video_codec=video.codec,
         pix_fmt=video.pix_fmt,
         format_name=header.format_name,
+        time_base=timestamp_base,
+        timestamps=timestamps,
     )
 
 
@@ -598,6 +638,125 @@ def _boxes(data: bytes, wanted: bytes) -> Iterator[bytes]:
         if box_type == wanted:
             yield data[offset + header : offset + box_size]
         offset += box_size
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Spans: the part of a video a job reads, and its output rate
+
+
+def output_rate(fps: float) -> Fraction:
+    """The exact output rate, frames per second, for a rate given as a number (a setting, `--set video.fps=…`).
+
+    Within 0.005 of an NTSC rate n·1000/1001 (23.976, 29.97, 59.94 …), and nearer it than n, it is that rate, as
+    a user typing 29.97 means, so a 30000/1001 target is not resampled; otherwise the decimal as written
+    (12.5 -> 25/2), its denominator kept to 1001 or less.
+    """
+    if not math.isfinite(fps) or fps <= 0:
+        raise ValueError(f"a frame rate must be a positive number, got {fps}")
+    whole = round(fps * 1.001)
+    ntsc = Fraction(whole * 1000, 1001)
+    # Closer to the NTSC rate than to the whole number: at low rates the two are under 0.005 apart.
+    if whole > 0 and abs(fps - ntsc) < min(0.005, abs(fps - whole)):
+        return ntsc
+    return Fraction(str(fps)).limit_denominator(1001)
+
+
+@dataclass(frozen=True)
+class Span:
+    """Which frames of a video `FrameReader` yields and the rate they are written at; made by `select`.
+
+    start, end: seconds from the video's first frame, end exclusive; end None = the span runs to the end of the
+        video. Both lie on the video stream's time base (`start` is the first tick at or after the asked start).
+    start_pts, end_pts: the same, in time-base ticks (`MediaInfo.timestamps` units).
+    rate: output frames per second, exact; `fps_rational` writes it for the encoder ("12/1", "30000/1001").
+    resample: whether the ffmpeg `fps` filter makes that rate. Without it every frame of the span comes out
+        once; with it output frame k shows the frame on screen at start + k / rate.
+    frames: how many frames the reader yields: exact, except for a resampled span that runs to the end of the
+        video, where ffmpeg's idea of the last frame's duration decides and this assumes it lasts the median gap
+        between frames (as `MediaInfo.duration` does).
+    minimum: the fewest frames a complete input yields (= frames where that is exact); the reader raises
+        TruncatedInput below it.
+    """
+
+    start: Fraction
+    end: Fraction | None
+    start_pts: int
+    end_pts: int | None
+    rate: Fraction
+    resample: bool
+    frames: int
+    minimum: int
+
+    @property
+    def fps_rational(self) -> str:
+        return f"{self.rate.numerator}/{self.rate.denominator}"
+
+
+def select(info: MediaInfo, start: float = 0.0, end: float | None = None, fps: float | None = None) -> Span:
+    """The span [start, end) of the video `info` describes, at `fps` frames per second.
+
+    start, end: seconds from the first frame (end exclusive; None = to the end; an end past the last frame
+        also runs to the end). fps: output rate (None = the video's own, every frame kept once); a rate equal to a
+        constant-rate video's own keeps every frame too.
+    Raises InvalidInput, naming the file, when the start is at or past the end of the video or the span holds no
+    frame; ValueError for a negative start or an end not after the start (the job's validation refuses those).
+    The whole video (the defaults) is `info.frame_count` frames at `info.fps_rational`. For an image: its frame.
+    """
+    if start < 0 or (end is not None and end <= start):
+        raise ValueError(f"a span needs 0 ≤ start < end, got start={start}, end={end}")
+    own = Fraction(info.fps_rational)
+    if info.kind == "image":
+        return Span(Fraction(0), None, 0, None, own, False, 1, 1)
+    tb, stamps = info.time_base, info.timestamps
+    # str() first: 0.1 means one tenth, not the binary float nearest to it, so boundaries land where users expect.
+    start_pts = math.ceil(Fraction(str(start)) / tb)
+    end_pts = None if end is None else math.ceil(Fraction(str(end)) / tb)
+    if end_pts is not None and end_pts > stamps[-1]:
+        end_pts = None  # no frame starts at or after the end: the span runs to the end of the video
+    first = bisect.bisect_left(stamps, start_pts)
+    stop = len(stamps) if end_pts is None else bisect.bisect_left(stamps, end_pts)
+    if first >= stop:
+        if start >= info.duration:
+            raise InvalidInput(
+                f"trim start {start:g} s is past the end of {info.path} ({info.duration:.3f} s long): "
+                f"choose a start before {info.duration:.3f} s"
+            )
+        if first == len(stamps):
+            last = float(stamps[-1] * tb)
+            raise InvalidInput(
+                f"trim start {start:g} s is after the last frame of {info.path} (at {last:.3f} s): "
+                f"choose a start at or before {last:.3f} s"
+            )
+        raise InvalidInput(
+            f"the span {start:g}–{end:g} s of {info.path} holds no frame (frames are "
+            f"{info.duration / info.frame_count:.3f} s apart on average): widen it"
+        )
+    rate = own if fps is None else output_rate(fps)
+    resample = fps is not None and (info.vfr or rate != own)
+    span_start = start_pts * tb
+    if not resample:
+        # The frame count less the frames the timestamps place outside the span: for the whole video, exactly
+        # the count probe made, which is what a cut file is measured against.
+        frames = minimum = info.frame_count - first - (len(stamps) - stop)
+    elif end_pts is not None:
+        # Frames after the end still reach the fps filter, so every slot before the end is filled: exact.
+        frames = minimum = math.ceil((end_pts * tb - span_start) * rate)
+    else:
+        # At the end of the video the last frame fills slots for as long as ffmpeg thinks it lasts; every slot
+        # before it starts is certain.
+        video_end = round(Fraction(info.duration) / tb) * tb
+        frames = math.ceil((video_end - span_start) * rate)
+        minimum = math.ceil((stamps[-1] * tb - span_start) * rate)
+    return Span(
+        start=span_start,
+        end=None if end_pts is None else end_pts * tb,
+        start_pts=start_pts,
+        end_pts=end_pts,
+        rate=rate,
+        resample=resample,
+        frames=frames,
+        minimum=max(minimum, 1),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -675,18 +834,21 @@ class FrameReader:
             for frame in reader:   # Frame: info.height × info.width × 3 uint8 RGB, upright
                 ...
 
-    Frames come in presentation order, each exactly once (variable frame rates are passed through, not
-    resampled), rotated upright as the container's display matrix asks. After the last frame, if fewer frames
-    were decoded than `info.frame_count`, or ffmpeg reported errors while decoding (a cut or damaged file),
-    the iteration raises TruncatedInput naming both counts. Leaving the `with` block, breaking out of the
-    loop or an exception stops and reaps the ffmpeg child.
+    Frames come in presentation order, rotated upright as the container's display matrix asks. Without a span,
+    every frame comes once (variable frame rates are passed through, not resampled); with one, the frames of
+    the span, resampled to its rate when `span.resample` says so. After the last frame, if fewer frames were
+    decoded than the span holds (`span.minimum`; the whole video: `info.frame_count`), or ffmpeg reported errors
+    while decoding (a cut or damaged file), the iteration raises TruncatedInput naming both counts. Leaving the
+    `with` block, breaking out of the loop or an exception stops and reaps the ffmpeg child.
     """
 
-    def __init__(self, path: Path, info: MediaInfo | None = None) -> None:
-        """path: the video or image; info: its `probe` result when the caller already has it (else probed here)."""
+    def __init__(self, path: Path, info: MediaInfo | None = None, span: Span | None = None) -> None:
+        """path: the video or image; info: its `probe` result when the caller already has it (else probed here);
+        span: the part to read and its rate, from `select(info, …)` (None: the whole video; images ignore it)."""
         self.path = Path(path)
         self._ffmpeg = find_ffmpeg()
         self.info = info if info is not None else _probe(self.path, self._ffmpeg)
+        self.span = span if span is not None else select(self.info)
         self._iterated = False
         self._closed = False
         self._process: subprocess.Popen[bytes] | None = None
@@ -717,9 +879,17 @@ class FrameReader:
         self._process = None
 
     def _frames(self) -> Iterator[Frame]:
-        width, height, expected = self.info.width, self.info.height, self.info.frame_count
+        width, height, span = self.info.width, self.info.height, self.span
         frame_bytes = width * height * 3
-        process, drain = _start(cmd.decode_args(self._ffmpeg, self.path), subprocess.DEVNULL, subprocess.PIPE)
+        # A span that ends before the video does stops ffmpeg at its last frame. A resampled one is not cut at
+        # its end time but by count, so the frames after the end keep the fps filter filling its last slots.
+        args = cmd.decode_args(
+            self._ffmpeg, self.path, span.start_pts,
+            end_pts=None if span.resample else span.end_pts,
+            fps_rational=span.fps_rational if span.resample else None,
+            max_frames=None if span.end_pts is None else span.frames,
+        )  # fmt: skip
+        process, drain = _start(args, subprocess.DEVNULL, subprocess.PIPE)
         self._process, self._drain = process, drain
         assert process.stdout is not None
         decoded = 0
@@ -741,13 +911,14 @@ class FrameReader:
             returncode = process.wait()
             drain.join()
             error = drain.first_error(self.path)
-            if decoded < expected or partial or returncode != 0 or error is not None:
-                detail = f"expected {expected} frames, decoded {decoded}"
+            if decoded < span.minimum or partial or returncode != 0 or error is not None:
+                at_least = "at least " if span.minimum < span.frames else ""
+                detail = f"expected {at_least}{span.minimum} frames, decoded {decoded}"
                 if error is not None:
                     detail += f"; ffmpeg: {error}"
                 raise TruncatedInput(f"{self.path} is damaged or cut short ({detail}): re-export or re-download it")
-            if decoded > expected:
-                logger.warning("%s decoded to %d frames, %d packets were counted", self.path, decoded, expected)
+            if decoded > span.frames and not span.resample:
+                logger.warning("%s decoded to %d frames, %d packets were counted", self.path, decoded, span.frames)
         finally:
             self.close()
 
@@ -775,7 +946,7 @@ def _partial_path(output: Path) -> Path:
 
 
 class FrameWriter:
-    """Encodes frames to an H.264 (yuv420p) video with the audio of another file, written atomically.
+    """Encodes frames to an H.264 or HEVC (yuv420p) video with the audio of another file, written atomically.
 
     Use as a context manager:
 
@@ -788,7 +959,7 @@ class FrameWriter:
     written, and renames it to `output`. An exception (or `abort`) kills ffmpeg and deletes the temp file,
     so a failed job never leaves a file that looks finished.
 
-    Odd sizes: yuv420p stores colour at half resolution, so H.264 needs an even width and height. A frame
+    Odd sizes: yuv420p stores colour at half resolution, so it needs an even width and height. A frame
     with an odd dimension is padded by one column/row that repeats its last column/row (edge replication);
     the video is then one pixel wider/taller than the frames, and no pixel of the frames is lost.
     """
@@ -803,24 +974,35 @@ class FrameWriter:
         metadata: Mapping[str, str],
         crf: int = 18,
         preset: str = "medium",
+        encoder: str = "libx264",
+        audio_start: float = 0.0,
+        audio_end: float | None = None,
     ) -> None:
         """output: .mp4, .m4v, .mov or .mkv path; its folder must exist.
         width, height: size of the frames that will be written, pixels.
-        fps_rational: frame rate as an exact rational string, normally the target's `MediaInfo.fps_rational`.
+        fps_rational: frame rate as an exact rational string, normally the target's `MediaInfo.fps_rational` or
+            a `Span.fps_rational`.
         audio_from: file whose first audio stream (if any) is muxed in, copied when the container can hold
             its codec, else re-encoded to AAC; None for a silent video.
         metadata: container tags to write (custom keys included; readable with `read_video_metadata`).
-        crf, preset: x264 quality (0–51, lower is better) and speed preset.
+        crf, preset: quality (0–51, lower is better) and speed preset of the encoder.
+        encoder: "libx264" (H.264) or "libx265" (HEVC); InvalidInput here when the ffmpeg in use lacks it.
+        audio_start, audio_end: the part of `audio_from`'s audio to keep, seconds (end exclusive; None = to its
+            end), normally a `Span`'s start and end; a cut is sample-accurate and re-encodes the audio to AAC.
         """
         self.output = Path(output)
         self.width, self.height = width, height
         self.frames_written = 0
+        # What the finished file holds, probed by `close` (a cut can leave no audio to mux, for one).
+        self.written: MediaInfo | None = None
         if width < 1 or height < 1:
             raise ValueError(f"frame size must be positive, got {width}×{height}")
         cmd.muxer_for(self.output)  # an unsupported extension fails here, naming the path the caller gave
         if not self.output.parent.is_dir():
             raise InvalidInput(f"cannot write {self.output}: the folder {self.output.parent} does not exist")
         self._ffmpeg = find_ffmpeg()
+        # Here, not at the first frame: ffmpeg would only fail once it had been sent one.
+        check_encoder(encoder, self._ffmpeg)
         audio_codec = None
         if audio_from is not None:
             audio = next((s for s in _read_header(Path(audio_from), self._ffmpeg).streams if s.kind == "audio"), None)
@@ -831,6 +1013,7 @@ class FrameWriter:
         self._args = cmd.encode_args(
             self._ffmpeg, self._partial, width + self._pad[1], height + self._pad[0], fps_rational,
             None if audio_from is None else Path(audio_from), audio_codec, metadata, crf, preset,
+            encoder, audio_start, audio_end,
         )  # fmt: skip
         self._process: subprocess.Popen[bytes] | None = None
         self._drain: _StderrDrain | None = None
@@ -892,12 +1075,15 @@ class FrameWriter:
             if returncode != 0:
                 raise MediaError(f"ffmpeg failed to encode {self.output}: {self._failure()}")
             try:
-                encoded = _probe(self._partial, self._ffmpeg).frame_count
+                written = _probe(self._partial, self._ffmpeg)
             except FacestudioError as exc:
                 raise MediaError(f"the encoded {self.output} cannot be read back: {exc}") from exc
-            if encoded != self.frames_written:
-                raise MediaError(f"{self.output} holds {encoded} frames, {self.frames_written} were written")
+            if written.frame_count != self.frames_written:
+                raise MediaError(
+                    f"{self.output} holds {written.frame_count} frames, {self.frames_written} were written"
+                )
             os.replace(self._partial, self.output)
+            self.written = replace(written, path=self.output)
         except BaseException:
             self.abort()
             raise
@@ -970,6 +1156,8 @@ def _image_info(path: Path, image: Image.Image) -> MediaInfo:
         video_codec=None,
         pix_fmt=image.mode,
         format_name=str(image.format),
+        time_base=Fraction(0),
+        timestamps=(0,),
     )
 
 

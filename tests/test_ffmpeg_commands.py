@@ -151,3 +151,100 @@ def test_encode_args_reencode_audio_the_container_cannot_hold() -> None:
 def test_encode_args_validate(width: int, height: int, fps: str, crf: int, preset: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         cmd.encode_args(FF, Path("o.mp4"), width, height, fps, None, None, {}, crf=crf, preset=preset)
+
+
+def test_encoders_args() -> None:
+    assert cmd.encoders_args(FF) == [FF, "-nostdin", "-hide_banner", "-encoders"]
+
+
+DECODE_HEAD = [FF, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", "/media/in put.mp4", "-map", "0:V:0"]
+DECODE_TAIL = ["-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
+
+
+def test_decode_args_span_shift_timestamps_then_trim_by_integer_ticks() -> None:
+    assert cmd.decode_args(FF, CLIP, start_pts=6144, end_pts=18432, max_frames=24) == [
+        *DECODE_HEAD,
+        "-vf", "setpts=PTS-STARTPTS-6144,trim=start_pts=0:end_pts=12288",
+        "-fps_mode", "passthrough", "-frames:v", "24",
+        *DECODE_TAIL,
+    ]  # fmt: skip
+    assert cmd.decode_args(FF, CLIP, start_pts=512) == [
+        *DECODE_HEAD, "-vf", "setpts=PTS-STARTPTS-512,trim=start_pts=0", "-fps_mode", "passthrough", *DECODE_TAIL,
+    ]  # fmt: skip
+    assert cmd.decode_args(FF, CLIP, end_pts=100)[10:12] == ["-vf", "setpts=PTS-STARTPTS,trim=start_pts=0:end_pts=100"]
+
+
+def test_decode_args_resample_with_the_fps_filter_sample_and_hold() -> None:
+    assert cmd.decode_args(FF, CLIP, fps_rational="30000/1001") == [
+        *DECODE_HEAD,
+        "-vf", "setpts=PTS-STARTPTS,fps=fps=30000/1001:start_time=0:round=up",
+        "-fps_mode", "passthrough",
+        *DECODE_TAIL,
+    ]  # fmt: skip
+    args = cmd.decode_args(FF, CLIP, start_pts=6144, fps_rational="12/1", max_frames=12)
+    assert args[10:16] == [
+        "-vf", "setpts=PTS-STARTPTS-6144,trim=start_pts=0,fps=fps=12/1:start_time=0:round=up",
+        "-fps_mode", "passthrough", "-frames:v", "12",
+    ]  # fmt: skip
+    assert "-vsync" not in args
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"start_pts": -1}, "start_pts must be ≥ 0"),
+        ({"start_pts": 10, "end_pts": 10}, "end_pts must be after start_pts"),
+        ({"fps_rational": "29.97"}, "rational"),
+        ({"max_frames": 0}, "max_frames must be ≥ 1"),
+        ({"end_pts": 10, "fps_rational": "12/1"}, "end a resampled span with max_frames"),
+    ],
+)
+def test_decode_args_validate(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        cmd.decode_args(FF, CLIP, **kwargs)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.5, "0.5"), (1.0, "1"), (0.0, "0"), (12.3456789, "12.345679")])
+def test_seconds_arg_is_plain_decimal_to_the_microsecond(seconds: float, text: str) -> None:
+    assert cmd.seconds_arg(seconds) == text
+
+
+def test_encode_args_x265_in_mp4_is_tagged_hvc1_and_logs_errors_only() -> None:
+    args = cmd.encode_args(FF, Path("o.mp4"), 64, 48, "24/1", None, None, {}, crf=20, preset="fast", encoder="libx265")
+    assert args[args.index("-c:v") : args.index("-colorspace")] == [
+        "-c:v", "libx265", "-preset", "fast", "-crf", "20", "-x265-params", "log-level=error", "-tag:v", "hvc1",
+        "-pix_fmt", "yuv420p",
+    ]  # fmt: skip
+    mkv = cmd.encode_args(FF, Path("o.mkv"), 64, 48, "24/1", None, None, {}, encoder="libx265")
+    assert "-tag:v" not in mkv and mkv[mkv.index("-c:v") + 1] == "libx265"
+
+
+def test_encode_args_cut_audio_seek_on_input_and_reencode() -> None:
+    args = cmd.encode_args(FF, Path("o.mp4"), 64, 48, "12/1", Path("t.mp4"), "aac", {}, audio_start=0.5, audio_end=1.5)
+    # AAC would be copied uncut; a cut re-encodes it, so that it falls on the exact sample.
+    assert args == [
+        FF, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
+        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", "64x48", "-r", "12/1", "-i", "pipe:0",
+        "-ss", "0.5", "-t", "1", "-i", "t.mp4",
+        "-map", "0:v:0", "-map", "1:a:0?", "-c:a", "aac", "-b:a", "192k",
+        *VIDEO_TAIL,
+        "-movflags", "+use_metadata_tags",
+        "-f", "mp4", "o.mp4",
+    ]  # fmt: skip
+    open_end = cmd.encode_args(FF, Path("o.mkv"), 64, 48, "12/1", Path("t.mkv"), "flac", {}, audio_start=2.0)
+    assert open_end[open_end.index("pipe:0") :][:5] == ["pipe:0", "-ss", "2", "-i", "t.mkv"]
+    assert "-t" not in open_end and open_end[open_end.index("1:a:0?") + 1 :][:2] == ["-c:a", "aac"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"encoder": "libvpx-vp9"}, "encoder must be one of libx264, libx265"),
+        ({"encoder": "libx265", "width": 14, "height": 14}, "libx265 needs a frame size of at least 16×16"),
+        ({"audio_start": 1.0, "audio_end": 1.0}, "audio_end must be after audio_start"),
+    ],
+)
+def test_encode_args_validate_encoder_and_cut(kwargs: dict, message: str) -> None:
+    size = {"width": kwargs.pop("width", 64), "height": kwargs.pop("height", 48)}
+    with pytest.raises(ValueError, match=message):
+        cmd.encode_args(FF, Path("o.mp4"), size["width"], size["height"], "25", Path("t.mp4"), "aac", {}, **kwargs)

@@ -114,3 +114,41 @@ def test_schema_lists_every_processor_and_group() -> None:
 def test_registry_rejects_duplicate_ids() -> None:
     with pytest.raises(ValueError, match="share the id 'frame_enhancer'"):
         build_registry([FrameEnhancer, FrameEnhancer])
+
+
+def test_video_settings_defaults_overrides_and_round_trip() -> None:
+    job = parse(BASE)
+    assert (job.video.encoder, job.video.fps, job.video.trim_start, job.video.trim_end) == ("libx264", None, 0.0, None)
+    sets = ["video.encoder=libx265", "video.fps=12", "video.trim_start=0.5", "video.trim_end=1.5"]
+    job = parse(apply_overrides(BASE, sets, REGISTRY))
+    assert (job.video.encoder, job.video.fps, job.video.trim_start, job.video.trim_end) == ("libx265", 12.0, 0.5, 1.5)
+    assert parse(job.to_raw()) == job
+
+
+@pytest.mark.parametrize(
+    ("video", "fragment"),
+    [
+        ({"trim_start": 1.0, "trim_end": 1.0}, "video.trim_end: Value error, trim_end must be after trim_start (1 s)"),
+        ({"trim_start": 2, "trim_end": 0.5}, "video.trim_end: Value error, trim_end must be after trim_start (2 s)"),
+        ({"trim_end": 0}, "video.trim_end: Input should be greater than 0"),
+        ({"trim_start": -0.5}, "video.trim_start: Input should be greater than or equal to 0"),
+        ({"trim_start": float("inf")}, "video.trim_start: Input should be a finite number"),
+        ({"fps": 0.5}, "video.fps: Input should be greater than or equal to 1"),
+        ({"fps": 241}, "video.fps: Input should be less than or equal to 240"),
+        ({"fps": float("nan")}, "video.fps: Input should be a finite number"),
+        ({"encoder": "libvpx-vp9"}, "video.encoder: Input should be 'libx264' or 'libx265'"),
+    ],
+)
+def test_invalid_video_settings_give_one_typed_line(video: dict, fragment: str) -> None:
+    with pytest.raises(InvalidJob) as info:
+        parse({**BASE, "video": video})
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_every_video_setting_is_described_for_the_ui() -> None:
+    video = preset_schema(REGISTRY)["properties"]["video"]["properties"]
+    assert {name for name, field in video.items() if not field.get("description")} == set()
+    assert video["fps"]["anyOf"][0] == {"type": "number", "minimum": 1.0, "maximum": 240.0}
+    assert video["trim_start"]["minimum"] == 0.0
+    assert video["encoder"]["enum"] == ["libx264", "libx265"]

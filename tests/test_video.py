@@ -7,9 +7,11 @@ The ffprobe path is compared with the ffmpeg-only path (`FACESTUDIO_FFPROBE=none
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import subprocess
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -114,8 +116,8 @@ def probe_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return str(request.param)
 
 
-def _read_all(path: Path, info: MediaInfo | None = None) -> list[np.ndarray]:
-    with FrameReader(path, info) as reader:
+def _read_all(path: Path, info: MediaInfo | None = None, span: video.Span | None = None) -> list[np.ndarray]:
+    with FrameReader(path, info, span) as reader:
         return list(reader)
 
 
@@ -149,6 +151,7 @@ def test_probe_cfr_clip(media: dict[str, Path], probe_path: str) -> None:
         path=media["cfr"], kind="video", width=W, height=H, frame_count=25, fps=25.0, fps_rational="25/1",
         duration=1.0, rotation=0, has_audio=True, audio_codec="aac", vfr=False, video_codec="h264",
         pix_fmt="yuv420p", format_name="mov,mp4,m4a,3gp,3g2,mj2",
+        time_base=Fraction(1, 12800), timestamps=tuple(range(0, 25 * 512, 512)),
     )  # fmt: skip
 
 
@@ -455,6 +458,279 @@ def test_writer_rejects_unsupported_output(tmp_path: Path) -> None:
         FrameWriter(tmp_path / "x.webm", W, H, "25", None, {})
     with pytest.raises(InvalidInput, match="does not exist"):
         FrameWriter(tmp_path / "missing" / "x.mp4", W, H, "25", None, {})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Spans: trimming and resampling at decode
+
+
+def _ffmpeg_builds() -> dict[str, str | None]:
+    """The ffmpeg builds on this machine that the span tests run under: the fps filter and its end-of-stream
+    handling are ffmpeg's, so each build is checked against the same expectations."""
+    import shutil
+
+    system = shutil.which("ffmpeg")
+    if system is not None and (video._ffmpeg_version(system) or (99, 0)) < (5, 1):
+        system = None
+    try:
+        import imageio_ffmpeg
+
+        bundled: str | None = imageio_ffmpeg.get_ffmpeg_exe()
+    except (ImportError, RuntimeError):
+        bundled = None
+    return {"system": system, "imageio-ffmpeg": bundled}
+
+
+@pytest.fixture(params=["system", "imageio-ffmpeg"])
+def ffmpeg_build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    path = _ffmpeg_builds()[request.param]
+    if path is None:
+        pytest.skip(f"no {request.param} ffmpeg (5.1 or newer) on this machine")
+    monkeypatch.setenv("FACESTUDIO_FFMPEG", path)
+    return path
+
+
+def _times(info: MediaInfo) -> list[Fraction]:
+    return [t * info.time_base for t in info.timestamps]
+
+
+def _expected_source(info: MediaInfo, start: float, end: float | None, fps: float | None, k: int) -> int:
+    """Index, in the full decode, of output frame `k` of a span, from the definition (the tests' starts and ends
+    lie on the clips' time bases): the k-th frame in [start, end), or for a rate R the frame on screen at
+    start + k/R (the first frame of the span before that one appears)."""
+    times = _times(info)
+    lo, hi = Fraction(str(start)), None if end is None else Fraction(str(end))
+    kept = [i for i, t in enumerate(times) if t >= lo and (hi is None or t < hi)]
+    if fps is None:
+        return kept[k]
+    on_screen = [i for i in kept if times[i] <= lo + k / video.output_rate(fps)]
+    return on_screen[-1] if on_screen else kept[0]
+
+
+def _certain_count(info: MediaInfo, start: float, end: float | None, fps: float | None) -> int:
+    """Frames a span certainly holds: every frame in it, or for a rate R every slot before its end; at the end of
+    the video, every slot before the last frame starts (how long ffmpeg shows the last frame decides the rest)."""
+    times = _times(info)
+    lo, hi = Fraction(str(start)), None if end is None else Fraction(str(end))
+    if fps is None:
+        return sum(1 for t in times if t >= lo and (hi is None or t < hi))
+    stop = hi if hi is not None and hi <= times[-1] else times[-1]
+    return math.ceil((stop - lo) * video.output_rate(fps))
+
+
+SPANS = [
+    pytest.param(0.2, 0.6, None, id="trim"),
+    pytest.param(0.2, None, None, id="trim-start"),
+    pytest.param(0.2, None, 10.0, id="10fps-to-end"),
+    pytest.param(0.0, 0.6, 60.0, id="60fps-trimmed"),
+    pytest.param(0.2, 0.7, 29.97, id="ntsc-trimmed"),
+]
+
+
+@pytest.mark.parametrize(("start", "end", "fps"), SPANS)
+@pytest.mark.parametrize("clip", ["cfr", "vfr", "ntsc_mkv", "rotated"])
+def test_reader_span_yields_the_defined_frames(  # type: ignore[no-untyped-def]
+    media: dict[str, Path], ffmpeg_build: str, clip: str, start, end, fps
+) -> None:
+    info = probe(media[clip])
+    full = _read_all(media[clip], info)
+    span = video.select(info, start, end, fps)
+    got = _read_all(media[clip], info, span)
+    if not span.resample:  # the clip's own constant rate (29.97 on the NTSC clip): every frame once
+        fps = None
+    assert len(got) >= _certain_count(info, start, end, fps) == span.minimum
+    if not (span.resample and span.end_pts is None):  # all but a resampled run to the end are exact
+        assert len(got) == span.frames
+    # Same decoder, so a selected frame is bit-identical to the same frame of a full decode.
+    for k, frame in enumerate(got):
+        np.testing.assert_array_equal(frame, full[_expected_source(info, start, end, fps, k)], err_msg=f"frame {k}")
+
+
+def test_select_whole_video_and_spans(media: dict[str, Path]) -> None:
+    info = probe(media["cfr"])  # 25 frames, 1/25 s apart, time base 1/12800
+    whole = video.select(info)
+    assert whole == video.Span(Fraction(0), None, 0, None, Fraction(25), False, 25, 25)
+    assert whole.fps_rational == "25/1"
+    trim = video.select(info, 0.2, 0.6)
+    assert (trim.start, trim.end, trim.start_pts, trim.end_pts, trim.frames) == (
+        Fraction(1, 5),
+        Fraction(3, 5),
+        2560,
+        7680,
+        10,
+    )
+    assert video.select(info, 0.2, 60.0) == video.select(info, 0.2)  # an end past the last frame: to the end
+    assert video.select(info, 0.01).start == Fraction(1, 100)  # frame 0 (at 0 s) is before it
+    assert video.select(info, 0.01).frames == 24
+    assert not video.select(info, fps=25).resample  # the video's own constant rate: every frame once
+    halved = video.select(info, fps=12.5)
+    assert (halved.resample, halved.fps_rational, halved.frames, halved.minimum) == (True, "25/2", 13, 12)
+    assert video.select(info, 0.2, 0.6, fps=10).frames == 4
+
+
+def test_select_resamples_vfr_even_at_its_average_rate(media: dict[str, Path]) -> None:
+    info = probe(media["vfr"])  # last frame at 52/25 s; with the median gap the video ends at 55/25 s
+    span = video.select(info, fps=float(Fraction(info.fps_rational)))
+    assert span.resample
+    ten = video.select(info, fps=10)
+    assert (ten.frames, ten.minimum) == (22, 21)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "message"),
+    [
+        (1.0, None, r"trim start 1 s is past the end of .*cfr\.mp4 \(1\.000 s long\): choose a start before 1\.000"),
+        (5.0, 6.0, r"trim start 5 s is past the end"),
+        (0.97, None, r"trim start 0\.97 s is after the last frame of .*cfr\.mp4 \(at 0\.960 s\)"),
+        (0.41, 0.42, r"the span 0\.41–0\.42 s of .*cfr\.mp4 holds no frame \(frames are 0\.040 s apart on average\)"),
+    ],
+)
+def test_select_refuses_spans_without_frames(
+    media: dict[str, Path], start: float, end: float | None, message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message) as caught:
+        video.select(probe(media["cfr"]), start, end)
+    assert type(caught.value) is InvalidInput
+    _single_line_error(caught.value, media["cfr"])
+
+
+def test_select_ignores_spans_for_an_image(tmp_path: Path) -> None:
+    path = tmp_path / "still.png"
+    Image.fromarray(_quadrants(H, W)).save(path)
+    span = video.select(probe(path), 5.0, 6.0, fps=12)
+    assert (span.frames, span.resample) == (1, False)
+    assert len(_read_all(path, span=span)) == 1
+
+
+@pytest.mark.parametrize(
+    ("fps", "rate"),
+    [
+        (29.97, Fraction(30000, 1001)),
+        (23.976, Fraction(24000, 1001)),
+        (59.94, Fraction(60000, 1001)),
+        (24.0, Fraction(24)),
+        (1.0, Fraction(1)),  # 1000/1001 is within 0.005 of 1, but 1 is closer
+        (12.5, Fraction(25, 2)),
+        (240, Fraction(240)),
+    ],
+)
+def test_output_rate(fps: float, rate: Fraction) -> None:
+    assert video.output_rate(fps) == rate
+
+
+def _claiming_more(info: MediaInfo, extra: int) -> MediaInfo:
+    """`info` as an index would describe the file if `extra` more frames, at the same spacing, followed."""
+    gap = info.timestamps[1] - info.timestamps[0]
+    stamps = info.timestamps + tuple(info.timestamps[-1] + gap * (i + 1) for i in range(extra))
+    duration = info.duration + float(extra * gap * info.time_base)
+    return dataclasses.replace(info, frame_count=info.frame_count + extra, timestamps=stamps, duration=duration)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "fps", "message"),
+    [
+        (0.2, None, None, "expected 25 frames, decoded 20"),
+        (0.2, 1.1, None, "expected 23 frames, decoded 20"),
+        (0.2, None, 10.0, "expected 10 frames, decoded 8"),
+        (0.2, 1.1, 10.0, "expected 9 frames, decoded 8"),
+    ],
+)
+def test_reader_span_detects_missing_frames(  # type: ignore[no-untyped-def]
+    media: dict[str, Path], ffmpeg_build: str, start, end, fps, message: str
+) -> None:
+    # The index claims 1.2 s (30 frames); the stream ends at 1.0 s: each span falls short of its count.
+    info = _claiming_more(probe(media["cfr"]), 5)
+    with pytest.raises(TruncatedInput, match=message) as caught:
+        _read_all(media["cfr"], info, video.select(info, start, end, fps))
+    _single_line_error(caught.value, media["cfr"])
+    assert _ffmpeg_children() == []
+
+
+def test_reader_span_of_a_damaged_clip(media: dict[str, Path], tmp_path: Path) -> None:
+    data = bytearray(media["cfr"].read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 600] = bytes((i * 37) % 256 for i in range(600))
+    damaged = tmp_path / "damaged.mp4"
+    damaged.write_bytes(bytes(data))
+    info = probe(damaged)
+    with pytest.raises(TruncatedInput, match=r"; ffmpeg: "):
+        _read_all(damaged, info, video.select(info, 0.2, fps=10))
+
+
+def _fake_ffmpeg(tmp_path: Path, encoders: list[str]) -> str:
+    """An 'ffmpeg' that only answers `-encoders`, listing `encoders` the way ffmpeg does."""
+    script = tmp_path / "ffmpeg"
+    lines = "\n".join(f" V....D {name:<20} {name} encoder" for name in encoders)
+    script.write_text(f"#!/bin/sh\ncat <<'EOF'\nEncoders:\n V..... = Video\n ------\n{lines}\nEOF\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_available_encoders_of_the_real_ffmpeg() -> None:
+    assert {"libx264", "aac"} <= video.available_encoders(video.find_ffmpeg())
+
+
+def test_missing_encoder_is_one_actionable_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _fake_ffmpeg(tmp_path, ["libx264", "aac"])
+    video.check_encoder("libx264", fake)
+    with pytest.raises(InvalidInput) as caught:
+        video.check_encoder("libx265", fake)
+    assert str(caught.value) == (
+        f"the ffmpeg in use ({fake}) has no libx265 encoder: install an FFmpeg built with libx265 "
+        "(imageio-ffmpeg's has it) and point FACESTUDIO_FFMPEG at it, or choose video.encoder=libx264"
+    )
+    # The writer checks before it starts ffmpeg, so nothing is left behind.
+    monkeypatch.setenv("FACESTUDIO_FFMPEG", fake)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(InvalidInput, match="has no libx265 encoder"):
+        FrameWriter(out / "x.mp4", W, H, "25", None, {}, encoder="libx265")
+    assert list(out.iterdir()) == []
+
+
+def test_writer_x265_round_trip(tmp_path: Path, probe_path: str) -> None:
+    if "libx265" not in video.available_encoders(video.find_ffmpeg()):
+        pytest.skip(f"the ffmpeg in use ({video.find_ffmpeg()}) was built without libx265")
+    output = tmp_path / "hevc.mp4"
+    frames = list(_gradient(10))
+    with FrameWriter(output, W, H, "25", None, {"synthetic": "true"}, crf=10, encoder="libx265") as writer:
+        for frame in frames:
+            writer.write(frame)
+    info = probe(output)
+    assert (info.video_codec, info.frame_count, info.width, info.height) == ("hevc", 10, W, H)
+    assert writer.written == info
+    assert video.read_video_metadata(output)["synthetic"] == "true"
+    assert np.abs(np.stack(_read_all(output)).astype(int) - np.stack(frames).astype(int)).mean() < 3
+
+
+def test_writer_cuts_audio_to_the_span(media: dict[str, Path], tmp_path: Path, probe_path: str) -> None:
+    target = media["cfr"]  # 1 s of AAC
+    info = probe(target)
+    span = video.select(info, 0.2, 0.6)
+    output = tmp_path / "cut.mp4"
+    with FrameWriter(
+        output, W, H, span.fps_rational, target, {}, audio_start=float(span.start), audio_end=float(span.end)
+    ) as writer:
+        for frame in _read_all(target, info, span):
+            writer.write(frame)
+    result = probe(output)
+    assert (result.frame_count, result.duration, result.audio_codec) == (10, 0.4, "aac")
+    assert abs(_audio_seconds(output) - 0.4) <= 1024 / 48000  # one AAC frame
+    assert writer.written is not None and writer.written.has_audio
+
+
+def test_writer_cut_after_the_audio_ends_writes_no_audio(media: dict[str, Path], tmp_path: Path) -> None:
+    short = tmp_path / "short_audio.mp4"
+    _ffmpeg(*_testsrc(duration="2"), *_sine(duration="0.5"), *_x264(), "-c:a", "aac", str(short))
+    info = probe(short)
+    span = video.select(info, 1.0, 1.5)
+    with FrameWriter(
+        tmp_path / "silent.mp4", W, H, span.fps_rational, short, {}, audio_start=1.0, audio_end=1.5
+    ) as writer:
+        for frame in _read_all(short, info, span):
+            writer.write(frame)
+    assert writer.written is not None
+    assert (writer.written.frame_count, writer.written.has_audio) == (13, False)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,180 @@
+"""Video jobs end to end: trimming, output frame rate and the HEVC encoder, through the CLI and `pipeline.run`.
+
+The target is a 2 s demo clip (48 frames of 64×48 at 24 fps with an AAC tone) made at test time. Most runs use
+an identity processor that records what it is given, so the frames a span selects can be compared with a full
+decode pixel for pixel; one run goes through `cli.main` with a real processor, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cli
+from engine import demo, pipeline, video
+from engine.errors import InvalidInput
+from engine.job import Job
+from engine.models.runtime import Runtime
+from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.types import Frame
+
+FPS, COUNT = 24, 48
+
+
+class Recorder(FrameProcessor[ProcessorOptions]):
+    """Returns its frames unchanged and keeps a copy of each, so a test sees exactly what processors get."""
+
+    id = "recorder"
+    title = "Recorder"
+    Options = ProcessorOptions
+
+    def __init__(self) -> None:
+        super().__init__(ProcessorOptions(), None)  # type: ignore[arg-type]  # runs no model
+        self.seen: list[Frame] = []
+
+    def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
+        self.seen += [frame.copy() for frame in frames]
+        return list(frames)
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return demo.make_clip(tmp_path_factory.mktemp("clip") / "clip.mp4", width=64, height=48, count=COUNT, fps=FPS)
+
+
+@pytest.fixture(scope="module")
+def full(clip: Path) -> np.ndarray:
+    """Every frame of the clip, decoded by the same decoder the runs use."""
+    with video.FrameReader(clip) as reader:
+        return np.stack(list(reader))
+
+
+def audio_seconds(path: Path) -> float:
+    """Length of the first audio stream, measured by decoding it (independent of container headers)."""
+    out = subprocess.run(
+        [video.find_ffmpeg(), "-v", "error", "-i", str(path), "-map", "0:a:0", "-f", "s16le", "-ac", "1",
+         "-ar", "48000", "-"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    return len(out) / 2 / 48000
+
+
+def run(target: Path, output: Path, **settings: Any) -> tuple[pipeline.RunReport, Recorder]:
+    """`pipeline.run` on `target` with the Recorder as the chain and `settings` as the job's [video] table."""
+    raw = {"processors": ["recorder"], "target": str(target), "output": str(output), "video": settings}
+    job = Job.parse(raw, {"recorder": Recorder})
+    recorder = Recorder()
+    return pipeline.run(job, [recorder], Runtime(job.runtime)), recorder
+
+
+def sidecar(output: Path) -> dict[str, Any]:
+    return json.loads(pipeline.sidecar_path(output).read_text())
+
+
+def test_cli_trimmed_run(clip: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "trimmed.mp4"
+    code = cli.main([
+        "run", "--target", str(clip), "--output", str(output), "--processors", "frame_enhancer",
+        "--set", "frame_enhancer.scale=1", "--set", "video.trim_start=0.5", "--set", "video.trim_end=1.5", "--yes",
+    ])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("done: 24 frames 64×48 → 64×48")
+    info = video.probe(output)
+    assert (info.frame_count, info.fps_rational, info.duration) == (24, "24/1", 1.0)
+    assert abs(audio_seconds(output) - 1.0) <= 0.05
+    written = sidecar(output)
+    assert written["output"] == {"path": str(output), "frames": 24, "width": 64, "height": 48, "audio": True}
+    assert written["span"] == {"start": 0.5, "end": 1.5, "fps": "24/1"}
+    assert written["job"]["video"]["trim_start"] == 0.5 and written["job"]["video"]["trim_end"] == 1.5
+
+
+def test_trim_gives_processors_exactly_the_span(clip: Path, full: np.ndarray, tmp_path: Path) -> None:
+    output = tmp_path / "trimmed.mp4"
+    report, recorder = run(clip, output, trim_start=0.5, trim_end=1.5)
+    # Frames 12–35 start at 0.5 s … 1.458 s; the one at 1.5 s is the first left out.
+    np.testing.assert_array_equal(np.stack(recorder.seen), full[12:36])
+    info = video.probe(output)
+    assert report.frames == info.frame_count == sidecar(output)["output"]["frames"] == 24
+    assert info.duration == 1.0
+    assert report.audio and abs(audio_seconds(output) - 1.0) <= 0.05
+
+
+def test_fps_halves_the_frames_and_keeps_the_duration(clip: Path, full: np.ndarray, tmp_path: Path) -> None:
+    output = tmp_path / "12fps.mp4"
+    report, recorder = run(clip, output, fps=12)
+    # Output frame k stands for k/12 s, where input frame 2k is on screen.
+    np.testing.assert_array_equal(np.stack(recorder.seen), full[::2])
+    info = video.probe(output)
+    assert (report.frames, info.frame_count, info.fps_rational, info.duration) == (24, 24, "12/1", 2.0)
+    assert abs(audio_seconds(output) - audio_seconds(clip)) <= 0.05
+    assert sidecar(output)["span"] == {"start": 0.0, "end": None, "fps": "12/1"}
+
+
+def test_fps_and_trim_together(clip: Path, full: np.ndarray, tmp_path: Path) -> None:
+    output = tmp_path / "both.mkv"
+    report, recorder = run(clip, output, fps=12, trim_start=0.5, trim_end=1.5)
+    np.testing.assert_array_equal(np.stack(recorder.seen), full[12:36:2])
+    info = video.probe(output)
+    assert (report.frames, info.frame_count, info.duration) == (12, 12, 1.0)
+    assert abs(audio_seconds(output) - 1.0) <= 0.05
+
+
+def test_x265_output_is_hevc_tagged_for_apple_players(clip: Path, tmp_path: Path) -> None:
+    if "libx265" not in video.available_encoders(video.find_ffmpeg()):
+        pytest.skip(f"the ffmpeg in use ({video.find_ffmpeg()}) was built without libx265")
+    output = tmp_path / "hevc.mp4"
+    report, _ = run(clip, output, encoder="libx265", preset="ultrafast", trim_end=0.5)
+    info = video.probe(output)
+    assert (info.video_codec, info.frame_count, report.frames) == ("hevc", 12, 12)
+    described = subprocess.run(
+        [video.find_ffmpeg(), "-hide_banner", "-i", str(output)], capture_output=True, text=True, check=False
+    ).stderr
+    assert "hevc (Main) (hvc1 /" in described
+
+
+def test_missing_encoder_fails_before_any_frame(clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ffmpeg = video.find_ffmpeg()
+    monkeypatch.setattr(video, "available_encoders", lambda path: frozenset({"libx264", "aac"}))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    with pytest.raises(InvalidInput) as caught:
+        run(clip, out_dir / "x.mp4", encoder="libx265")
+    assert str(caught.value).startswith(f"the ffmpeg in use ({ffmpeg}) has no libx265 encoder: install")
+    assert list(out_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (
+            ["video.trim_start=1", "video.trim_end=1"],
+            "error: video.trim_end: Value error, trim_end must be after trim_start (1 s) (got 1)",
+        ),
+        (["video.trim_start=5"], "error: trim start 5 s is past the end of {clip} (2.000 s long): choose a start"),
+    ],
+)
+def test_invalid_spans_are_one_line_and_leave_nothing(
+    clip: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sets: list[str], message: str
+) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    args = ["run", "--target", str(clip), "--output", str(out_dir / "x.mp4"), "--processors", "frame_enhancer"]
+    code = cli.main([*args, "--set", "frame_enhancer.scale=1", *(a for s in sets for a in ("--set", s)), "--yes"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(message.format(clip=clip)) and err.count("\n") == 1
+    assert list(out_dir.iterdir()) == []
+
+
+def test_an_image_target_ignores_the_video_settings(tmp_path: Path) -> None:
+    target = tmp_path / "still.png"
+    video.write_image(target, demo.photo()[:48, :64])
+    report, recorder = run(target, tmp_path / "out.png", trim_start=5, fps=12, encoder="libx265")
+    assert (report.kind, report.frames, len(recorder.seen)) == ("image", 1, 1)
+    assert "span" not in sidecar(tmp_path / "out.png")
