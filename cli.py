@@ -84,6 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
     mexport.add_argument("--fp16", action="store_true", help="compute in float16 (inputs and outputs stay float32)")
     mexport.add_argument("--offline", action="store_true", help="never download the weights to export")
 
+    bench = sub.add_parser("benchmark", help="measure a chain on generated media: latency, fps, overhead, memory")
+    bench.add_argument("--processors", nargs="+", metavar="ID", help="chain to measure (default: frame_enhancer)")
+    bench.add_argument("--preset", help="take the settings from this preset (its processors unless given)")
+    bench.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE", help="override one setting")
+    bench.add_argument("--backend", choices=["auto", "onnx", "torch"])
+    bench.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    bench.add_argument("--resolution", default="360p", help="180p, 360p, 720p or 1080p")
+    bench.add_argument("--frames", type=int, default=60, help="length of the generated clip")
+    bench.add_argument("--batch", type=int, help="frames per processor call (default: the preset's)")
+    bench.add_argument("--json", type=Path, help="write the result as JSON here")
+    bench.add_argument("--plot", type=Path, help="write a PNG plot here")
+
     ui = sub.add_parser("ui", help="start the web UI (the default command)")
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     ui.add_argument("--port", type=int, default=7860)
@@ -112,7 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not commands or (commands[0].startswith("-") and commands[0] not in {"-h", "--help"}):
             argv = ["ui", *argv]  # no command (perhaps UI flags): the web UI
         args = build_parser().parse_args(argv)
-        handler = {"run": cmd_run, "models": cmd_models, "presets": cmd_presets, "ui": cmd_ui}[args.command]
+        handler = {
+            "run": cmd_run,
+            "models": cmd_models,
+            "presets": cmd_presets,
+            "ui": cmd_ui,
+            "benchmark": cmd_benchmark,
+        }[args.command]
         return handler(args)
     except FacestudioError as exc:
         if debug:
@@ -381,6 +399,30 @@ def _models_fetch(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
     paths = fetch.ensure(items, runtime.folders.models, offline=False, progress_factory=_download_progress)
     for path in paths:
         print(f"ok {path}")
+    return 0
+
+
+# -- benchmark ------------------------------------------------------------------------------------------------
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    from engine import benchmark
+    from processors import build_chain
+
+    raw = load_preset_raw(args.preset) if args.preset else {}
+    if args.processors or not args.preset:
+        raw["processors"] = list(args.processors or ["frame_enhancer"])
+    raw = apply_overrides(raw, args.set, registry())
+    runtime = dict(raw.get("runtime", {}))
+    for key, value in (("backend", args.backend), ("device", args.device), ("batch", args.batch)):
+        if value is not None:
+            runtime[key] = value
+    raw["runtime"] = runtime
+    result = benchmark.run(raw, resolution=args.resolution, frames=args.frames, registry=registry(),
+                           build_chain=build_chain)  # fmt: skip
+    print(benchmark.table(result))
+    if args.json:
+        print(f"json: {benchmark.write_json(result, args.json)}")
+    if args.plot:
+        print(f"plot: {benchmark.plot(result, args.plot)}")
     return 0
 
 

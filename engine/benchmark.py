@@ -1,0 +1,290 @@
+"""`launch.py benchmark`: how fast a chain runs here, how close that is to the models alone, and what it costs.
+
+On generated media (the demo photo drifting across a frame of the chosen resolution, with a tone track), one
+benchmark measures:
+1. the full run through `pipeline.run` (decode → faces → processors → encode, overlapped): end-to-end fps and
+   the process's peak resident memory;
+2. each stage alone on the same frames, after a warm-up: decode, face analysis, every processor (in the run's
+   batches) and encode, as per-frame p50/p95 latency;
+3. the pure-inference floor: face analysis plus the processors' model calls alone, same batches, as fps; and
+   `overhead_ratio` = floor fps / end-to-end fps (1.0: the run costs exactly its model work);
+4. `tile_waste`: pixels the chain's models compute per frame pixel (1.0 = none computed twice).
+
+The result is a JSON-ready dict (schema: `RESULT_KEYS`, stages as `STAGE_KEYS`), a terminal table and a plot.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine import demo, pipeline, video
+from engine.errors import InvalidInput
+from engine.job import Job
+from engine.models.runtime import Runtime
+from engine.processor import FrameContext, FrameProcessor
+from engine.types import Frame
+
+RESOLUTIONS = {"180p": (320, 180), "360p": (640, 360), "720p": (1280, 720), "1080p": (1920, 1080)}
+RESULT_KEYS = (
+    "fps",
+    "floor_fps",
+    "overhead_ratio",
+    "tile_waste",
+    "peak_rss_mb",
+    "peak_gpu_mb",
+    "batch",
+    "backend",
+    "provider",
+    "stages",
+    "processors",
+    "resolution",
+    "frames",
+    "measured_frames",
+    "batch1_floor_fps",
+    "batch_speedup",
+)
+STAGE_KEYS = ("name", "p50_ms", "p95_ms")
+# Stages are timed alone on at most this many frames: enough for stable percentiles, little memory.
+STAGE_SAMPLE = 48
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Per-frame latencies (ms) of one stage."""
+
+    name: str
+    per_frame_ms: list[float]
+
+    def summary(self) -> dict[str, Any]:
+        values = sorted(self.per_frame_ms)
+        return {
+            "name": self.name,
+            "p50_ms": round(statistics.median(values), 3),
+            "p95_ms": round(values[min(len(values) - 1, int(0.95 * len(values)))], 3),
+        }
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident set size so far, in MiB (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def peak_gpu_mb() -> float | None:
+    """Peak CUDA memory PyTorch allocated in this process, in MiB; None without CUDA."""
+    if "torch" not in sys.modules:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.max_memory_allocated() / (1024 * 1024)
+
+
+def tile_waste(chain: Sequence[FrameProcessor], width: int, height: int) -> float:
+    """Pixels the chain's models compute per pixel of their input frames (the most wasteful processor)."""
+    waste = 1.0
+    for processor in chain:
+        waste = max(waste, processor.computed_pixels(width, height) / (width * height))
+        width, height = processor.output_size(width, height)
+    return round(waste, 4)
+
+
+def _timed(items: Iterator[Any], sink: list[float]) -> Iterator[Any]:
+    """Yield from `items`, recording how long producing each one took (ms)."""
+    while True:
+        start = time.perf_counter()
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        sink.append((time.perf_counter() - start) * 1000)
+        yield item
+
+
+def run(
+    raw: dict[str, Any],
+    *,
+    resolution: str,
+    frames: int,
+    registry: Any,
+    build_chain: Callable[[Job, Runtime], list[FrameProcessor]],
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    """Benchmark the preset mapping `raw` (processors and settings) on generated media; returns the result dict."""
+    if resolution not in RESOLUTIONS:
+        raise InvalidInput(f"unknown resolution {resolution!r}; use {', '.join(RESOLUTIONS)}")
+    if frames < 2:
+        raise InvalidInput("--frames must be at least 2")
+    width, height = RESOLUTIONS[resolution]
+    with tempfile.TemporaryDirectory(prefix="facestudio-bench-", dir=workdir) as tmp:
+        target = demo.make_clip(Path(tmp, "bench.mp4"), width, height, frames)
+        job = Job.parse(
+            {**raw, "target": str(target), "output": str(Path(tmp, "out.mp4")), "sources": [str(demo.source_photo())]},
+            registry,
+        )
+        runtime = Runtime(job.runtime)
+        chain = build_chain(job, runtime)
+        info = video.probe(target)
+        with video.FrameReader(target, info) as reader:
+            first = next(iter(reader))
+        # Warm-up: loads every model and lets the backends pick their kernels before any clock starts.
+        pipeline.process_frame(chain, first, _warm_context(job, chain, runtime, info, first))
+
+        start = time.perf_counter()
+        report = pipeline.run(job, chain, runtime)
+        wall = time.perf_counter() - start
+        rss = peak_rss_mb()
+
+        stages, floor_seconds, sample, single_seconds = _stages(job, chain, runtime, info, tmp)
+    fps = report.frames / wall
+    floor_fps = sample / floor_seconds
+    single_fps = sample / single_seconds
+    providers = sorted({d["provider"] for d in report.processors.values() if "provider" in d})
+    backends = sorted({d["backend"] for d in report.processors.values() if "backend" in d})
+    return {
+        "fps": round(fps, 3),
+        "floor_fps": round(floor_fps, 3),
+        "overhead_ratio": round(floor_fps / fps, 3),
+        "tile_waste": tile_waste(chain, width, height),
+        "peak_rss_mb": round(rss, 1),
+        "peak_gpu_mb": peak_gpu_mb(),
+        "batch": job.runtime.batch,
+        "backend": ",".join(backends) or job.runtime.backend,
+        "provider": ",".join(providers) or "none",
+        "stages": [s.summary() for s in stages],
+        "processors": list(job.processors),
+        "resolution": resolution,
+        "frames": report.frames,
+        "measured_frames": sample,
+        "batch1_floor_fps": round(single_fps, 3),
+        "batch_speedup": round(floor_fps / single_fps, 3),
+    }
+
+
+def _warm_context(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: Any, frame: Frame) -> FrameContext:
+    faces = pipeline._face_stage(job, chain, runtime, info, video.select(info))
+    if faces is None:
+        return FrameContext(index=0)
+    ((_, ctx),) = list(faces.annotate([frame]))
+    return ctx
+
+
+def _stages(
+    job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: Any, tmp: str
+) -> tuple[list[Stage], float, int, float]:
+    """Each stage alone on the first STAGE_SAMPLE frames: (stages, floor seconds, frames measured, floor seconds
+    of the same model work one frame per call)."""
+    decode: list[float] = []
+    with video.FrameReader(job.target, info) as reader:
+        frames = []
+        for frame in _timed(iter(reader), decode):
+            frames.append(frame)
+            if len(frames) == STAGE_SAMPLE:
+                break
+    stages = [Stage("decode", decode)]
+    faces = pipeline._face_stage(job, chain, runtime, info, video.select(info))
+    if faces is not None:
+        analysis: list[float] = []
+        ctxs = [ctx for _, ctx in _timed(faces.annotate(frames), analysis)]
+        stages.append(Stage("faces", analysis))
+    else:
+        analysis = []
+        ctxs = [FrameContext(index=i) for i in range(len(frames))]
+    floor = single = sum(analysis) / 1000
+    batch = job.runtime.batch
+    current = frames
+    for processor in chain:
+        per_frame: list[float] = []
+        produced: list[Frame] = []
+        for at in range(0, len(current), batch):
+            chunk = current[at : at + batch]
+            start = time.perf_counter()
+            produced += processor.process(chunk, ctxs[at : at + batch])
+            elapsed = time.perf_counter() - start
+            floor += elapsed
+            per_frame += [elapsed * 1000 / len(chunk)] * len(chunk)
+        # The same model work one frame per call: what batching is measured against.
+        start = time.perf_counter()
+        for i, frame in enumerate(current):
+            processor.process([frame], [ctxs[i]])
+        single += time.perf_counter() - start
+        stages.append(Stage(processor.id, per_frame))
+        current = produced
+    encode: list[float] = []
+    height, width = current[0].shape[:2]
+    with video.FrameWriter(
+        Path(tmp, "encode.mp4"),
+        width,
+        height,
+        info.fps_rational,
+        audio_from=None,
+        metadata=pipeline.synthetic_metadata(job),
+        crf=job.video.crf,
+        preset=job.video.preset,
+        encoder=job.video.encoder,
+    ) as writer:
+        for frame in current:
+            start = time.perf_counter()
+            writer.write(frame)
+            encode.append((time.perf_counter() - start) * 1000)
+    stages.append(Stage("encode", encode))
+    return stages, floor, len(frames), single
+
+
+def table(result: dict[str, Any]) -> str:
+    """The result as a terminal table."""
+    lines = [
+        f"{' → '.join(result['processors'])} at {result['resolution']}, {result['frames']} frames, batch "
+        f"{result['batch']}, {result['backend']} ({result['provider']})",
+        f"{'stage':<18}{'p50 ms':>10}{'p95 ms':>10}",
+    ]
+    lines += [f"{s['name']:<18}{s['p50_ms']:>10.1f}{s['p95_ms']:>10.1f}" for s in result["stages"]]
+    gpu = "n/a" if result["peak_gpu_mb"] is None else f"{result['peak_gpu_mb']:.0f} MiB"
+    lines += [
+        f"end to end {result['fps']:.2f} fps; model floor {result['floor_fps']:.2f} fps; overhead ratio "
+        f"{result['overhead_ratio']:.3f}",
+        f"batch {result['batch']} vs 1 frame per call: ×{result['batch_speedup']:.2f} "
+        f"({result['batch1_floor_fps']:.2f} fps one at a time)",
+        f"tile waste {result['tile_waste']:.3f}; peak RSS {result['peak_rss_mb']:.0f} MiB; peak GPU {gpu}",
+    ]
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """A PNG: per-stage p50/p95 latency bars, and end-to-end fps against the model floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [s["name"] for s in result["stages"]]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 1]})
+    xs = range(len(names))
+    left.bar([x - 0.2 for x in xs], [s["p50_ms"] for s in result["stages"]], width=0.4, label="p50")
+    left.bar([x + 0.2 for x in xs], [s["p95_ms"] for s in result["stages"]], width=0.4, label="p95")
+    left.set_xticks(list(xs), names, rotation=20)
+    left.set_ylabel("ms per frame")
+    left.legend()
+    left.set_title(f"{' → '.join(result['processors'])}, {result['resolution']}")
+    right.bar(["end to end", "model floor"], [result["fps"], result["floor_fps"]], color=["tab:green", "tab:gray"])
+    right.set_ylabel("frames per second")
+    right.set_title(f"overhead ×{result['overhead_ratio']:.2f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_json(result: dict[str, Any], path: Path) -> Path:
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return path
