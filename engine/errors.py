@@ -58,6 +58,15 @@ class BackendUnavailable(FacestudioError):
     exit_code = 2
 
 
+class OutOfMemory(FacestudioError):
+    """A model call did not fit in memory (RAM, or the GPU's) even at one frame (exit 2: settings beyond the machine).
+
+    Raised by the backends for their allocators' failures, so the pipeline and processors can retry smaller first.
+    """
+
+    exit_code = 2
+
+
 class Cancelled(FacestudioError):
     """The user cancelled the job (Ctrl-C, UI cancel) (exit 4)."""
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import video
-from engine.errors import Cancelled, InvalidInput, InvalidJob
+from engine.errors import Cancelled, InvalidInput, InvalidJob, OutOfMemory
 from engine.faces.qa import IdentityQA
 from engine.faces.stage import FaceStage
 from engine.ffmpeg_commands import MUXERS
@@ -75,14 +75,52 @@ def process_frame(chain: Sequence[FrameProcessor], frame: Frame, ctx: FrameConte
     return process_batch(chain, [frame], [ctx])[0]
 
 
+@dataclass
+class BatchLimit:
+    """Frames per processor call in a run: starts at `runtime.batch`, halved for the rest of the run whenever a
+    call runs out of memory."""
+
+    size: int
+
+
 def process_batch(
-    chain: Sequence[FrameProcessor], frames: Sequence[Frame], ctxs: Sequence[FrameContext]
+    chain: Sequence[FrameProcessor],
+    frames: Sequence[Frame],
+    ctxs: Sequence[FrameContext],
+    limit: BatchLimit | None = None,
 ) -> list[Frame]:
-    """Run a batch of frames through the chain, processor by processor (each batches its own model calls)."""
+    """Run a batch of frames through the chain, processor by processor (each batches its own model calls).
+
+    A processor that runs out of memory gets the batch again in halves, down to one frame at a time; `limit`
+    remembers the size that fitted."""
+    limit = limit or BatchLimit(len(frames))
     out = list(frames)
     for processor in chain:
-        out = processor.process(out, ctxs)
+        out = _process_halving(processor, out, list(ctxs), limit)
     return out
+
+
+def _process_halving(
+    processor: FrameProcessor, frames: list[Frame], ctxs: list[FrameContext], limit: BatchLimit
+) -> list[Frame]:
+    if len(frames) > limit.size:
+        step = limit.size  # fixed for this split; a failure inside lowers the limit for later calls
+        return [
+            out
+            for at in range(0, len(frames), step)
+            for out in _process_halving(processor, frames[at : at + step], ctxs[at : at + step], limit)
+        ]
+    try:
+        return processor.process(frames, ctxs)
+    except (OutOfMemory, MemoryError) as exc:
+        if len(frames) == 1:
+            raise OutOfMemory(
+                f"{processor.id} does not fit in memory even for one frame ({exc}); lower the resolution, set a "
+                "smaller tile, or use a smaller model"
+            ) from exc
+        limit.size = len(frames) // 2
+        log.warning("%s ran out of memory on %d frames; %d per call from now on", processor.id, len(frames), limit.size)
+        return _process_halving(processor, frames, ctxs, limit)
 
 
 def output_size(chain: Sequence[FrameProcessor], width: int, height: int) -> tuple[int, int]:
@@ -235,17 +273,21 @@ def _face_stage(
 
 
 def _process(
-    chain: Sequence[FrameProcessor], faces: _Faces | None, frames: list[Frame], ctxs: list[FrameContext]
+    chain: Sequence[FrameProcessor],
+    faces: _Faces | None,
+    frames: list[Frame],
+    ctxs: list[FrameContext],
+    limit: BatchLimit | None = None,
 ) -> list[Frame]:
     """Run a batch through the chain; identity QA looks at the frames right after the last face processor (a later
     processor, such as an upscaler, changes the size QA compares at)."""
     if faces is None or faces.qa is None:
-        return process_batch(chain, frames, ctxs)
+        return process_batch(chain, frames, ctxs, limit)
     split = max(i for i, p in enumerate(chain) if p.needs_faces) + 1
-    swapped = process_batch(chain[:split], frames, ctxs)
+    swapped = process_batch(chain[:split], frames, ctxs, limit)
     for before, after, ctx in zip(frames, swapped, ctxs, strict=True):
         faces.qa.check(ctx.index, before, after, ctx.faces)
-    return process_batch(chain[split:], swapped, ctxs)
+    return process_batch(chain[split:], swapped, ctxs, limit)
 
 
 def _annotated(faces: _Faces | None, frames: Iterable[Frame]) -> Iterator[tuple[Frame, FrameContext]]:
@@ -278,6 +320,7 @@ def _run_video(
     """Decode `span` of the target, run the chain, encode; returns the frames written and whether the output has
     audio (a span can hold none of a short audio track)."""
     batch = runtime.settings.batch
+    limit = BatchLimit(batch)
     decoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
     encoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
     stop = threading.Event()
@@ -305,7 +348,7 @@ def _run_video(
         try:
             for chunk in _chunks(_annotated(faces, _drain(decoded, decode)), batch):
                 frames = [frame for frame, _ in chunk]
-                for out in _process(chain, faces, frames, [ctx for _, ctx in chunk]):
+                for out in _process(chain, faces, frames, [ctx for _, ctx in chunk], limit):
                     _put(encoded, out, stop, encode)
                 progress.advance(len(frames))
             _put(encoded, _END, stop, encode)

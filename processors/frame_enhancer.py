@@ -3,6 +3,7 @@ the largest tiles that fit, each with the context the model needs on its inner e
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -11,13 +12,15 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
-from engine.errors import InvalidJob
+from engine.errors import InvalidJob, OutOfMemory
 from engine.memory import available_memory
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_tensor, to_tensor
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame
+
+log = logging.getLogger(__name__)
 
 
 def _model_ids() -> list[str]:
@@ -175,7 +178,25 @@ class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
         return sum((x1 - x0) * (y1 - y0) for x0, y0, x1, y1 in (t.window for t in tiles))
 
     def _upscale_native(self, frames: list[Frame]) -> list[Frame]:
-        """Run the model on same-size frames; returns frames at exactly `native` × their size."""
+        """Run the model on same-size frames; returns frames at exactly `native` × their size.
+
+        Out of memory, it retries with half the windows per call, then (automatic tiles) with tiles of half the
+        edge, until one 32-px tile per call; the smaller setting stays for the rest of the run."""
+        h, w = frames[0].shape[:2]
+        while True:
+            try:
+                return self._upscale_tiles(frames)
+            except OutOfMemory:
+                if self.batch > 1:
+                    self.batch //= 2
+                elif not self.options.tile and self.tile_for(w, h) != 32:
+                    self.memory_budget //= 4
+                else:
+                    raise
+                log.warning("frame_enhancer ran out of memory: now %d windows per call, tile %d px (0 = whole)",
+                            self.batch, self.tile_for(w, h))  # fmt: skip
+
+    def _upscale_tiles(self, frames: list[Frame]) -> list[Frame]:
         spec = self.loaded.spec
         h, w = frames[0].shape[:2]
         tiles = plan_tiles(w, h, self.tile_for(w, h), spec.tile_pad)

@@ -12,7 +12,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from engine.backends import Device, gpu_visible
-from engine.errors import BackendUnavailable
+from engine.errors import BackendUnavailable, OutOfMemory
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,15 @@ class OnnxSession:
         self.output_names = [o.name for o in self._session.get_outputs()]
 
     def run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
-        """Run on float32 NCHW arrays keyed by input name; returns the outputs in graph order."""
-        return list(self._session.run(None, dict(inputs)))
+        """Run on float32 NCHW arrays keyed by input name; returns the outputs in graph order.
+
+        Raises OutOfMemory when ONNX Runtime's allocator fails (callers retry with fewer frames or tiles)."""
+        try:
+            return list(self._session.run(None, dict(inputs)))
+        except Exception as exc:  # ORT raises RuntimeException/Fail subclasses of Exception; their text says why.
+            if is_out_of_memory(exc):
+                raise OutOfMemory(f"{self.provider}: {exc}".splitlines()[0]) from exc
+            raise
 
 
 def describe_graph(path: Path) -> dict[str, list[dict[str, object]]]:
@@ -133,3 +140,11 @@ def describe_graph(path: Path) -> dict[str, list[dict[str, object]]]:
         "inputs": [entry(v) for v in graph.input if v.name not in initializers],
         "outputs": [entry(v) for v in graph.output],
     }
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether an inference error is an allocation failure (ONNX Runtime and CUDA word them thus)."""
+    text = str(exc).lower()
+    return isinstance(exc, MemoryError) or any(
+        sign in text for sign in ("failed to allocate memory", "out of memory", "bad_alloc", "can't allocate memory")
+    )

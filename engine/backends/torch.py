@@ -20,7 +20,7 @@ import numpy.typing as npt
 import torch
 
 from engine.backends import Device
-from engine.errors import BackendUnavailable, InvalidInput
+from engine.errors import BackendUnavailable, InvalidInput, OutOfMemory
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +193,15 @@ class TorchSession:
             torch.from_numpy(np.ascontiguousarray(inputs[name])).to(self.device, self.dtype)
             for name in self.input_names
         ]
-        with torch.inference_mode():
-            y = self.module(*xs)
+        try:
+            with torch.inference_mode():
+                y = self.module(*xs)
+        except (torch.OutOfMemoryError, MemoryError) as exc:
+            raise OutOfMemory(f"{self.provider}: {exc}".splitlines()[0]) from exc
+        except RuntimeError as exc:  # the CPU allocator's failure is a plain RuntimeError
+            if "can't allocate memory" not in str(exc):
+                raise
+            raise OutOfMemory(f"{self.provider}: {exc}".splitlines()[0]) from exc
         outputs = y if isinstance(y, tuple | list) else (y,)
         # Some architectures also return auxiliary lists (GFPGAN: its intermediate RGB images): tensors only.
         return [t.float().cpu().numpy() for t in outputs if isinstance(t, torch.Tensor)]
