@@ -6,7 +6,8 @@ benchmark measures:
    the process's peak resident memory;
 2. each stage alone on the same frames, after a warm-up: decode, face analysis, every processor (in the run's
    batches) and encode, as per-frame p50/p95 latency;
-3. the pure-inference floor: face analysis plus the processors' model calls alone, same batches, as fps; and
+3. the pure-inference floor: face analysis, the processors' model calls and identity QA alone, same batches, as
+   fps; and
    `overhead_ratio` = floor fps / end-to-end fps (1.0: the run costs exactly its model work);
 4. `tile_waste`: pixels the chain's models compute per frame pixel (1.0 = none computed twice).
 
@@ -203,6 +204,7 @@ def _stages(
     floor = single = sum(analysis) / 1000
     batch = job.runtime.batch
     current = frames
+    last_face_processor = next((p for p in reversed(chain) if p.needs_faces), None)
     for processor in chain:
         per_frame: list[float] = []
         produced: list[Frame] = []
@@ -219,6 +221,16 @@ def _stages(
             processor.process([frame], [ctxs[i]])
         single += time.perf_counter() - start
         stages.append(Stage(processor.id, per_frame))
+        if faces is not None and faces.qa is not None and processor is last_face_processor:
+            # Identity QA embeds the input and output faces: model work of the run, so it counts in the floor.
+            qa_ms: list[float] = []
+            for before, after, ctx in zip(current, produced, ctxs, strict=True):
+                start = time.perf_counter()
+                faces.qa.check(ctx.index, before, after, ctx.faces)
+                qa_ms.append((time.perf_counter() - start) * 1000)
+            floor += sum(qa_ms) / 1000
+            single += sum(qa_ms) / 1000
+            stages.append(Stage("identity_qa", qa_ms))
         current = produced
     encode: list[float] = []
     height, width = current[0].shape[:2]

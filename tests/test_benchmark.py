@@ -36,7 +36,7 @@ def test_face_swap_chain_has_a_faces_stage(tmp_path: Path) -> None:
     assert cli.main(["benchmark", "--processors", "face_swapper", "--resolution", "180p", "--frames", "6",
                      "--json", str(out)]) == 0  # fmt: skip
     result = json.loads(out.read_text())
-    assert [s["name"] for s in result["stages"]] == ["decode", "faces", "face_swapper", "encode"]
+    assert [s["name"] for s in result["stages"]] == ["decode", "faces", "face_swapper", "identity_qa", "encode"]
 
 
 def test_bad_resolution_is_a_usage_error(capsys) -> None:
