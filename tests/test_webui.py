@@ -19,7 +19,7 @@ from pydantic import Field
 
 import cli
 from engine import demo, video
-from engine.errors import Cancelled
+from engine.errors import Cancelled, InvalidInput
 from engine.job import Preset, RuntimeSettings, load_preset_raw
 from engine.models.manifest import MANIFEST_PATH
 from engine.models.runtime import Runtime
@@ -262,3 +262,18 @@ def test_no_command_means_the_ui(capsys) -> None:
     # UI flags without a command go to `ui` (which refuses a share link without a login, before serving).
     assert cli.main(["--share"]) == 2
     assert "--share makes the app public" in capsys.readouterr().err
+
+
+def test_a_forged_session_hash_cannot_reach_outside_the_work_folder(tmp_path: Path) -> None:
+    studio = Studio(work_dir=tmp_path / "work")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+
+    class Forged:
+        session_hash = "../victim"
+
+    with pytest.raises(InvalidInput, match="invalid session"):
+        studio.end_session(Forged())  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="invalid session"):
+        studio.session_dir(Forged())  # type: ignore[arg-type]
+    assert victim.is_dir()

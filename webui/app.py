@@ -129,11 +129,16 @@ class Studio:
         self.keys: list[tuple[str, str]] = []
 
     # -- sessions ---------------------------------------------------------------------------------------------
-    def session_dir(self, request: gr.Request | None) -> Path:
+    def _session_path(self, request: gr.Request | None) -> Path:
+        # The session hash comes from the client: only letters, digits, - and _ may name a folder.
         session = (request.session_hash if request is not None else None) or "anonymous"
         if not session.replace("-", "").replace("_", "").isalnum():
             raise InvalidInput("invalid session")
-        folder = self.work / session
+        return self.work / session
+
+    def session_dir(self, request: gr.Request | None) -> Path:
+        """This browser session's own work folder (created on first use)."""
+        folder = self._session_path(request)
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
@@ -144,7 +149,7 @@ class Studio:
 
     def end_session(self, request: gr.Request) -> None:
         """Delete a closed session's folder (its uploads were Gradio's, its outputs were copied out)."""
-        folder = self.work / (request.session_hash or "anonymous")
+        folder = self._session_path(request)
         shutil.rmtree(folder, ignore_errors=True)
         with self._lock:
             self._cancels.pop(folder.name, None)
