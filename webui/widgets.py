@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import types
 import typing
-from pathlib import Path
 from typing import Any, Literal
 
 import annotated_types
@@ -66,8 +65,6 @@ def from_widget(field: FieldInfo, value: Any) -> Any:
         return int(round(number)) if annotation is int else number
     if isinstance(value, str) and value.strip() == "" and optional:
         return None
-    if annotation is Path and isinstance(value, str):
-        return value
     return value
 
 
