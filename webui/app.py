@@ -30,8 +30,9 @@ import tomli_w
 
 from engine import consent, pipeline, video
 from engine.errors import Cancelled, FacestudioError, InvalidInput
-from engine.faces.stage import FaceStage
-from engine.job import PRESETS_DIR, SETTINGS_GROUPS, Job, Preset, RuntimeSettings, load_preset_raw
+from engine.faces import FaceAnalyser
+from engine.faces.stage import FaceStage, build_analyser
+from engine.job import PRESETS_DIR, SETTINGS_GROUPS, FacesSettings, Job, Preset, RuntimeSettings, load_preset_raw
 from engine.models import fetch
 from engine.models.manifest import Manifest
 from engine.models.runtime import Runtime
@@ -239,13 +240,15 @@ class Studio:
         if not target:
             raise InvalidInput("add a target first")
         frame = _frame_at(Path(target), index)
-        faces = Job.parse({**self.raw_from(values), "target": target, "output": "x.png"}, self.registry).faces
-        settings = faces.model_copy(update={"selector": "many", "reference_image": None})
-        stage = FaceStage.create(settings, self.runtime(RuntimeSettings(offline=True)), [], Path(target))
-        crops = [_crop(frame, face.box) for face in stage.analyser.detect(frame)]
+        crops = [_crop(frame, face.box) for face in self.analyser(values).detect(frame)]
         for i, crop in enumerate(crops):
             video.write_image(folder / f"face-{i}.png", crop)
         return crops
+
+    def analyser(self, values: Sequence[Any]) -> FaceAnalyser:
+        """The face analyser the Faces cell's settings name (models verified offline: embedded or present)."""
+        settings = FacesSettings.model_validate(self.raw_from(values).get("faces", {}))
+        return build_analyser(settings, self.runtime(RuntimeSettings(offline=True)))
 
     @staticmethod
     def download(model_id: str | None, runtime: Runtime, progress_factory: Any = None) -> list[Path]:
@@ -271,22 +274,22 @@ class Studio:
         target_path = Path(target)
         suffix = target_path.suffix.lower() if target_path.suffix.lower() in IMAGE_SUFFIXES else ".mp4"
         output = folder / f"{next(self._counter):04d}-{target_path.stem[:40]}-facestudio{suffix}"
-        job = Job.parse(
-            {**raw, "target": str(target_path), "output": str(output), "sources": list(sources)}, self.registry
-        )
-        runtime = self.runtime(job.runtime)
-        chain = [self.registry[pid](job.options[pid], runtime) for pid in job.processors]
+        job, runtime, chain = self._prepare(raw, target, output, sources)
         return pipeline.run(job, chain, runtime, progress)
+
+    def _prepare(
+        self, raw: dict[str, Any], target: str, output: Path, sources: Sequence[str]
+    ) -> tuple[Job, Runtime, list[FrameProcessor]]:
+        """The validated job, its warm runtime and its processor chain (models loaded)."""
+        job = Job.parse({**raw, "target": target, "output": str(output), "sources": list(sources)}, self.registry)
+        runtime = self.runtime(job.runtime)
+        return job, runtime, [self.registry[pid](job.options[pid], runtime) for pid in job.processors]
 
     def preview(self, raw: dict[str, Any], target: str | None, sources: Sequence[str], index: int) -> Frame:
         """Frame `index` of the target through the chain, via `pipeline.process_frame` (what a run does)."""
         if not target:
             raise InvalidInput("add a target image or video first")
-        job = Job.parse(
-            {**raw, "target": target, "output": str(self.work / "preview.png"), "sources": list(sources)}, self.registry
-        )
-        runtime = self.runtime(job.runtime)
-        chain = [self.registry[pid](job.options[pid], runtime) for pid in job.processors]
+        job, runtime, chain = self._prepare(raw, target, self.work / "preview.png", sources)
         frame = _frame_at(Path(target), index)
         ctx = FrameContext(index=index)
         if any(p.needs_faces for p in chain):
@@ -429,14 +432,7 @@ class Studio:
                 if not paths:
                     return []
                 try:
-                    raw = self.raw_from(values)
-                    faces = Job.parse({**raw, "target": paths[0], "output": "x.png"}, self.registry).faces
-                    analyser = FaceStage.create(
-                        faces.model_copy(update={"selector": "many", "reference_image": None}),
-                        self.runtime(RuntimeSettings(offline=True)),
-                        [],
-                        Path(paths[0]),
-                    ).analyser
+                    analyser = self.analyser(values)
                     crops = []
                     for p in paths:
                         image = video.read_image(Path(p))[0]
