@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from engine.backends import BackendName, Device, Session, gpu_visible
 from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable
+from engine.memory import importable
 from engine.models import fetch
 from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, ModelSpec
 
@@ -110,10 +111,10 @@ class Runtime:
         """Resolve "auto"/None (the job's choice) to an installed backend."""
         choice = requested or self.settings.backend
         if choice == "auto":
-            return "onnx" if _importable("onnxruntime") else "torch"
-        if choice == "onnx" and not _importable("onnxruntime"):
+            return "onnx" if importable("onnxruntime") else "torch"
+        if choice == "onnx" and not importable("onnxruntime"):
             raise BackendUnavailable("ONNX Runtime is not installed; pip install onnxruntime-gpu (or onnxruntime)")
-        if choice == "torch" and not _importable("torch"):
+        if choice == "torch" and not importable("torch"):
             raise BackendUnavailable("PyTorch is not installed; pip install torch, or use --backend onnx")
         return choice  # type: ignore[return-value]
 
@@ -343,9 +344,3 @@ class Runtime:
             input_names=spec.io.input_names,
             threads=self.settings.threads,
         )
-
-
-def _importable(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
