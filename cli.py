@@ -49,6 +49,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `python {self.prog} --help`)")
 
 
+def _batch(text: str) -> int | str:
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is neither auto nor a whole number ≥ 1")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="launch.py", description="facestudio: face swap and enhancement studio")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -92,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", help="auto, cpu, cuda or cuda:N")
     bench.add_argument("--resolution", default="360p", help="180p, 360p, 720p or 1080p")
     bench.add_argument("--frames", type=int, default=60, help="length of the generated clip")
-    bench.add_argument("--batch", type=int, help="frames per processor call (default: the preset's)")
+    bench.add_argument("--batch", type=_batch, help="frames per processor call: auto or N (default: the preset's)")
     bench.add_argument("--json", type=Path, help="write the result as JSON here")
     bench.add_argument("--plot", type=Path, help="write a PNG plot here")
 

@@ -146,7 +146,7 @@ def run(
         wall = time.perf_counter() - start
         rss = peak_rss_mb()
 
-        stages, floor_seconds, sample, single_seconds = _stages(job, chain, runtime, info, tmp)
+        stages, floor_seconds, sample, single_seconds = _stages(job, chain, runtime, info, tmp, report.batch)
     fps = report.frames / wall
     floor_fps = sample / floor_seconds
     single_fps = sample / single_seconds
@@ -159,7 +159,7 @@ def run(
         "tile_waste": tile_waste(chain, width, height),
         "peak_rss_mb": round(rss, 1),
         "peak_gpu_mb": peak_gpu_mb(),
-        "batch": job.runtime.batch,
+        "batch": report.batch,
         "backend": ",".join(backends) or job.runtime.backend,
         "provider": ",".join(providers) or "none",
         "stages": [s.summary() for s in stages],
@@ -181,7 +181,7 @@ def _warm_context(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, i
 
 
 def _stages(
-    job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: Any, tmp: str
+    job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: Any, tmp: str, batch: int
 ) -> tuple[list[Stage], float, int, float]:
     """Each stage alone on the first STAGE_SAMPLE frames: (stages, floor seconds, frames measured, floor seconds
     of the same model work one frame per call)."""
@@ -202,7 +202,6 @@ def _stages(
         analysis = []
         ctxs = [FrameContext(index=i) for i in range(len(frames))]
     floor = single = sum(analysis) / 1000
-    batch = job.runtime.batch
     current = frames
     last_face_processor = next((p for p in reversed(chain) if p.needs_faces), None)
     for processor in chain:

@@ -18,7 +18,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
@@ -81,14 +81,18 @@ class VideoSettings(_Settings):
 
 
 class RuntimeSettings(_Settings):
-    """Where and how models run. `batch`: frames per processor call; `threads` 0 = one per core."""
+    """Where and how models run. `batch`: frames per processor call, "auto" = picked from the memory free where
+    the models run (see `engine.memory.auto_batch`); `threads` 0 = one per core."""
 
     backend: Literal["auto", "onnx", "torch"] = "auto"
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda|cuda:\d+)$")
     tensorrt: bool = Field(default=False, description="ONNX Runtime on CUDA: use TensorRT (engine cached)")
     fp16: bool = Field(default=True, description="half precision where the device supports it (CUDA only)")
-    batch: int = Field(default=4, ge=1, le=256)
+    batch: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = Field(
+        default="auto", description="frames per model call: auto (from free memory) or a number"
+    )
     threads: int = Field(default=0, ge=0, le=1024)
+    compile: bool = Field(default=False, description="PyTorch: torch.compile the models (slow first call per size)")
     offline: bool = Field(default=False, description="never download; fail naming the missing files")
 
 

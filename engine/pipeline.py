@@ -28,7 +28,7 @@ from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor
 from engine.progress import NullProgress, Progress
-from engine.types import Frame
+from engine.types import Face, Frame
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class RunReport:
     output_size: tuple[int, int]
     seconds: float
     audio: bool
+    batch: int = 1
     processors: dict[str, dict[str, Any]] = field(default_factory=dict)
     faces_processed: int = 0
     frames_without_face: int | None = None
@@ -129,6 +130,21 @@ def output_size(chain: Sequence[FrameProcessor], width: int, height: int) -> tup
     return width, height
 
 
+def frame_memory(chain: Sequence[FrameProcessor], width: int, height: int) -> int:
+    """Bytes of working memory one width×height input frame takes through the chain's model calls (the largest
+    processor's share: they run one after another)."""
+    most = 0
+    for processor in chain:
+        most = max(most, processor.frame_memory(width, height))
+        width, height = processor.output_size(width, height)
+    return most
+
+
+def batch_size(chain: Sequence[FrameProcessor], runtime: Runtime, width: int, height: int) -> int:
+    """Frames per processor call for width×height frames: `runtime.batch`, or "auto" sized from free memory."""
+    return runtime.batch_for(frame_memory(chain, width, height))
+
+
 def synthetic_metadata(job: Job) -> dict[str, str]:
     """Container tags that mark an output as synthetic and name the tool and the processors."""
     chain = ",".join(job.processors)
@@ -199,12 +215,13 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
     faces = _face_stage(job, chain, runtime, info, span)
     job.output.parent.mkdir(parents=True, exist_ok=True)
     size = output_size(chain, info.width, info.height)
+    batch = batch_size(chain, runtime, info.width, info.height)
     try:
         if info.kind == "image":
             _run_image(job, chain, size, faces)
             frames, audio = 1, False
         else:
-            frames, audio = _run_video(job, chain, runtime, info, span, size, progress, faces)
+            frames, audio = _run_video(job, chain, info, span, size, batch, progress, faces)
     except KeyboardInterrupt:
         raise Cancelled("cancelled by the user; nothing was written") from None
     finally:
@@ -219,6 +236,7 @@ def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: P
         output_size=size if info.kind == "image" else (size[0] + size[0] % 2, size[1] + size[1] % 2),
         seconds=time.perf_counter() - started,
         audio=audio,
+        batch=batch,
         processors={p.id: p.describe() for p in chain},
         faces_processed=faces.faces if faces else 0,
         frames_without_face=faces.empty_frames if faces else None,
@@ -272,21 +290,24 @@ def _face_stage(
     return _Faces(stage, qa)
 
 
+QualityCheck = Callable[[int, Frame, Frame, tuple[Face, ...]], None]
+
+
 def _process(
     chain: Sequence[FrameProcessor],
-    faces: _Faces | None,
+    check: QualityCheck | None,
     frames: list[Frame],
     ctxs: list[FrameContext],
     limit: BatchLimit | None = None,
 ) -> list[Frame]:
-    """Run a batch through the chain; identity QA looks at the frames right after the last face processor (a later
-    processor, such as an upscaler, changes the size QA compares at)."""
-    if faces is None or faces.qa is None:
+    """Run a batch through the chain; identity QA (`check`: frame index, input, output, faces) looks at the frames
+    right after the last face processor (a later processor, such as an upscaler, changes the size QA compares at)."""
+    if check is None:
         return process_batch(chain, frames, ctxs, limit)
     split = max(i for i, p in enumerate(chain) if p.needs_faces) + 1
     swapped = process_batch(chain[:split], frames, ctxs, limit)
     for before, after, ctx in zip(frames, swapped, ctxs, strict=True):
-        faces.qa.check(ctx.index, before, after, ctx.faces)
+        check(ctx.index, before, after, ctx.faces)
     return process_batch(chain[split:], swapped, ctxs, limit)
 
 
@@ -301,7 +322,7 @@ def _run_image(job: Job, chain: Sequence[FrameProcessor], size: tuple[int, int],
     ((frame, ctx),) = _annotated(faces, [image])
     if faces is not None and not ctx.faces:
         raise InvalidInput(f"no face to process was found in {job.target} (faces.selector={job.faces.selector})")
-    (result,) = _process(chain, faces, [frame], [ctx])
+    (result,) = _process(chain, faces.qa.check if faces and faces.qa else None, [frame], [ctx])
     if (result.shape[1], result.shape[0]) != size:
         raise RuntimeError(f"the chain returned {result.shape[1]}×{result.shape[0]}, expected {size[0]}×{size[1]}")
     video.write_image(job.output, result, alpha=alpha, metadata=synthetic_metadata(job))
@@ -310,16 +331,16 @@ def _run_image(job: Job, chain: Sequence[FrameProcessor], size: tuple[int, int],
 def _run_video(
     job: Job,
     chain: Sequence[FrameProcessor],
-    runtime: Runtime,
     info: video.MediaInfo,
     span: video.Span,
     size: tuple[int, int],
+    batch: int,
     progress: Progress,
     faces: _Faces | None,
 ) -> tuple[int, bool]:
     """Decode `span` of the target, run the chain, encode; returns the frames written and whether the output has
     audio (a span can hold none of a short audio track)."""
-    batch = runtime.settings.batch
+    log.info("%d frames per processor call", batch)
     limit = BatchLimit(batch)
     decoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
     encoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
@@ -345,22 +366,44 @@ def _run_video(
     ):
         decode = _Worker("decode", lambda: _produce(iter(reader), decoded, stop))
         encode = _Worker("encode", lambda: _consume(encoded, writer.write, stop))
+        workers = [decode, encode]
+        items: Iterator[tuple[Frame, FrameContext]] = _annotated(None, _drain(decoded, decode))
+        check: QualityCheck | None = None
+        if faces is not None:
+            # Faces of the next frames are found while this batch is processed, and identity QA measures finished
+            # frames beside both: the analyser's native code runs while the processors' does (one lock keeps
+            # the analyser's own calls one at a time).
+            annotated: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
+            analyse = _Worker("faces", lambda: _produce(faces.annotate(_drain(decoded, decode)), annotated, stop))
+            items = _drain(annotated, analyse)
+            workers.append(analyse)
+            if faces.qa is not None:
+                qa, measured = faces.qa, queue.Queue(maxsize=2 * batch)
+                qa_worker = _Worker("qa", lambda: _consume(measured, lambda item: qa.check(*item), stop))
+                workers.append(qa_worker)
+
+                def check(index: int, before: Frame, after: Frame, found: tuple[Face, ...]) -> None:
+                    _put(measured, (index, before, after, found), stop, qa_worker)
+
         try:
-            for chunk in _chunks(_annotated(faces, _drain(decoded, decode)), batch):
+            for chunk in _chunks(items, batch):
                 frames = [frame for frame, _ in chunk]
-                for out in _process(chain, faces, frames, [ctx for _, ctx in chunk], limit):
+                for out in _process(chain, check, frames, [ctx for _, ctx in chunk], limit):
                     _put(encoded, out, stop, encode)
                 progress.advance(len(frames))
+            if check is not None:
+                _put(measured, _END, stop, qa_worker)
+                qa_worker.join()
             _put(encoded, _END, stop, encode)
-            encode.join()
-            decode.join()
+            for worker in workers:
+                worker.join()
         except BaseException:
             stop.set()
             raise
         finally:
             stop.set()
-            decode.thread.join(timeout=5)
-            encode.thread.join(timeout=5)
+            for worker in workers:
+                worker.thread.join(timeout=5)
     assert writer.written is not None  # the `with` block closed the writer, which probed what it wrote
     return writer.written.frame_count, writer.written.has_audio
 
@@ -399,15 +442,15 @@ def _put(q: queue.Queue[Any], item: Any, stop: threading.Event, worker: _Worker 
             continue
 
 
-def _produce(frames: Iterator[Frame], q: queue.Queue[Any], stop: threading.Event) -> None:
-    for frame in frames:
+def _produce(items: Iterator[Any], q: queue.Queue[Any], stop: threading.Event) -> None:
+    for item in items:
         if stop.is_set():
             return
-        _put(q, frame, stop)
+        _put(q, item, stop)
     _put(q, _END, stop)
 
 
-def _consume(q: queue.Queue[Any], write: Callable[[Frame], None], stop: threading.Event) -> None:
+def _consume(q: queue.Queue[Any], write: Callable[[Any], None], stop: threading.Event) -> None:
     while not stop.is_set():
         try:
             item = q.get(timeout=0.1)
@@ -418,8 +461,8 @@ def _consume(q: queue.Queue[Any], write: Callable[[Frame], None], stop: threadin
         write(item)
 
 
-def _drain(q: queue.Queue[Any], producer: _Worker) -> Iterator[Frame]:
-    """The decoded frames, in order, until the decoder's end marker; the decoder's error is raised here."""
+def _drain(q: queue.Queue[Any], producer: _Worker) -> Iterator[Any]:
+    """The producer's items, in order, until its end marker; the producer's error is raised here."""
     while True:
         try:
             item = q.get(timeout=0.1)
@@ -472,6 +515,7 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo, span: vid
             "frames_without_face": report.frames_without_face,
             "identity": report.identity,
         },
+        "batch": report.batch,
         "seconds": round(report.seconds, 3),
     }
     if info.kind == "video":

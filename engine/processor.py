@@ -81,6 +81,13 @@ class FrameProcessor(ABC, Generic[OptionsT]):
         the benchmark's `tile_waste` is this over width × height."""
         return width * height
 
+    def frame_memory(self, width: int, height: int) -> int:
+        """Bytes of working memory one width×height frame takes in a model call; `runtime.batch = "auto"` sizes
+        batches from it. The default: float32 NCHW copies of the input and output frames, twice over for the
+        model's own tensors."""
+        out_w, out_h = self.output_size(width, height)
+        return (width * height + out_w * out_h) * 3 * 4 * 2
+
     @abstractmethod
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
         """Process a batch of frames (H×W×3 uint8 RGB) with their contexts; returns new frames in the same order."""

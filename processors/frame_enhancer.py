@@ -139,7 +139,8 @@ class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
             )
         self.loaded: LoadedModel = runtime.load(options.model, options.backend)
         self.scale = options.scale if options.scale is not None else float(self.native)
-        self.batch = runtime.settings.batch
+        # Windows per model call; "auto" sizes it for windows of up to 256×256 input pixels.
+        self.batch = runtime.batch_for(self.loaded.spec.bytes_per_pixel * 256 * 256)
         # Half of the memory free now, for the model's working tensors (the rest for the pipeline's queues).
         self.memory_budget = available_memory(runtime.settings.device) // 2
 
@@ -172,6 +173,11 @@ class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
             return self.options.tile
         per_pixel = self.loaded.spec.bytes_per_pixel * self.batch
         return auto_tile(width, height, self.loaded.spec.tile_pad, self.memory_budget // per_pixel)
+
+    def frame_memory(self, width: int, height: int) -> int:
+        # The model's tensors over every window of the frame, plus the float32 output.
+        out_w, out_h = self.output_size(width, height)
+        return self.loaded.spec.bytes_per_pixel * self.computed_pixels(width, height) + out_w * out_h * 3 * 4
 
     def computed_pixels(self, width: int, height: int) -> int:
         tiles = plan_tiles(width, height, self.tile_for(width, height), self.loaded.spec.tile_pad)

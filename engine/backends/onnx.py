@@ -1,9 +1,21 @@
-"""ONNX Runtime sessions: CPU, CUDA (device id) and TensorRT (fp16, engine cache), with the provider checked."""
+"""ONNX Runtime sessions: CPU, CUDA (device id) and TensorRT (fp16, engine cache), with the provider checked.
+
+On CUDA and TensorRT, inputs and outputs go through IO binding: each input is copied to the GPU once and each output
+is allocated there and copied back once, instead of ORT staging both through its own CPU buffers. A graph whose
+inputs and outputs all have fixed shapes (InSwapper, GFPGAN) also runs as a CUDA graph on the CUDA provider: the
+first call records the kernel launches and later calls replay them, into the same bound GPU buffers.
+TensorRT engines and timing caches are kept per GPU model, TensorRT version and ONNX Runtime version, because an
+engine built for one of them is invalid (or silently slower) on another.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
+import re
+import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,8 +33,13 @@ CUDA = "CUDAExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
 
 
-def provider_list(device: Device, *, tensorrt: bool, fp16: bool, cache_dir: Path) -> list[tuple[str, dict[str, str]]]:
-    """The ordered providers to ask ONNX Runtime for; pure, so it is unit-tested without a GPU."""
+def provider_list(
+    device: Device, *, tensorrt: bool, fp16: bool, cache_dir: Path, cuda_graph: bool = False
+) -> list[tuple[str, dict[str, str]]]:
+    """The ordered providers to ask ONNX Runtime for; pure, so it is unit-tested without a GPU.
+
+    `cache_dir` is where TensorRT keeps engines and timing caches (already keyed by GPU and versions: see
+    `tensorrt_cache_dir`); `cuda_graph` turns on the CUDA provider's graph capture (fixed-shape graphs only)."""
     providers: list[tuple[str, dict[str, str]]] = []
     if device.kind == "cuda":
         if tensorrt:
@@ -33,15 +50,56 @@ def provider_list(device: Device, *, tensorrt: bool, fp16: bool, cache_dir: Path
                         "device_id": str(device.index),
                         "trt_fp16_enable": "True" if fp16 else "False",
                         "trt_engine_cache_enable": "True",
-                        "trt_engine_cache_path": str(cache_dir / "tensorrt"),
+                        "trt_engine_cache_path": str(cache_dir),
                         "trt_timing_cache_enable": "True",
-                        "trt_timing_cache_path": str(cache_dir / "tensorrt"),
+                        "trt_timing_cache_path": str(cache_dir),
                     },
                 )
             )
-        providers.append((CUDA, {"device_id": str(device.index)}))
+        cuda = {"device_id": str(device.index)}
+        if cuda_graph and not tensorrt:
+            cuda["enable_cuda_graph"] = "1"
+        providers.append((CUDA, cuda))
     providers.append((CPU, {}))
     return providers
+
+
+def tensorrt_cache_key(gpu: str, capability: str, tensorrt: str, onnxruntime: str) -> str:
+    """A folder name for TensorRT engines valid on one GPU model with one TensorRT and ONNX Runtime version,
+    e.g. `nvidia-h200-sm90-trt10.13.3-ort1.23.2`."""
+    slug = re.sub(r"[^a-z0-9.]+", "-", gpu.lower()).strip("-") or "gpu"
+    return f"{slug}-sm{capability.replace('.', '')}-trt{tensorrt}-ort{onnxruntime}"
+
+
+def tensorrt_cache_dir(cache_dir: Path, device_index: int) -> Path:
+    """`<cache>/tensorrt/<tensorrt_cache_key>` for CUDA device `device_index`, from nvidia-smi and the installed
+    packages ("unknown" for what cannot be read, which still separates it from every known combination)."""
+    gpu, capability = "unknown", "0"
+    smi = shutil.which("nvidia-smi")
+    if smi is not None:
+        query = [smi, f"--id={device_index}", "--query-gpu=name,compute_cap", "--format=csv,noheader"]
+        try:
+            out = subprocess.run(query, capture_output=True, text=True, timeout=10, check=False).stdout
+            gpu, capability = (part.strip() for part in out.splitlines()[0].split(",", 1))
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            pass
+    versions = []
+    for names in (("tensorrt", "tensorrt-cu12", "tensorrt-cu13", "tensorrt-libs"), ("onnxruntime-gpu", "onnxruntime")):
+        versions.append(next((v for v in map(_version, names) if v), "unknown"))
+    return cache_dir / "tensorrt" / tensorrt_cache_key(gpu, capability, *versions)
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def static_shapes(session: ort.InferenceSession) -> bool:
+    """Whether every input and output of the loaded graph has a fixed shape (no named or unknown axes)."""
+    args = [*session.get_inputs(), *session.get_outputs()]
+    return all(isinstance(d, int) and d > 0 for a in args for d in a.shape)
 
 
 def session_options(threads: int) -> ort.SessionOptions:
@@ -60,7 +118,11 @@ def session_options(threads: int) -> ort.SessionOptions:
 
 
 class OnnxSession:
-    """An ONNX Runtime session over a model file. `provider` is the provider ORT actually chose."""
+    """An ONNX Runtime session over a model file. `provider` is the provider ORT actually chose.
+
+    `io_binding` None binds on CUDA and TensorRT only (on the CPU, ORT's plain run copies nothing extra);
+    `cuda_graph` asks for graph capture on the CUDA provider, used when the graph's shapes are all fixed.
+    """
 
     backend = "onnx"
 
@@ -73,27 +135,61 @@ class OnnxSession:
         fp16: bool = False,
         threads: int = 0,
         cache_dir: Path,
+        io_binding: bool | None = None,
+        cuda_graph: bool = True,
     ) -> None:
         if device.kind == "cuda" and not device.explicit and not gpu_visible():
             # "auto" on a machine without an NVIDIA GPU: go straight to the CPU instead of letting ORT try (and
             # loudly fail) to load the CUDA libraries.
             device = Device("cpu")
-        wanted = provider_list(device, tensorrt=tensorrt, fp16=fp16, cache_dir=cache_dir)
+        trt_cache = tensorrt_cache_dir(cache_dir, device.index) if tensorrt and device.kind == "cuda" else cache_dir
         available = set(ort.get_available_providers())
-        usable = [(name, opts) for name, opts in wanted if name in available]
+        wanted = provider_list(device, tensorrt=tensorrt, fp16=fp16, cache_dir=trt_cache)
         missing = [name for name, _ in wanted if name not in available]
         if missing and device.explicit:
             raise BackendUnavailable(
                 f"ONNX Runtime here has no {', '.join(missing)}; install onnxruntime-gpu (and only it) "
                 "or use --device cpu"
             )
-        if tensorrt:
-            (cache_dir / "tensorrt").mkdir(parents=True, exist_ok=True)
+        if tensorrt and device.kind == "cuda":
+            trt_cache.mkdir(parents=True, exist_ok=True)
+        self._session = self._open(model, device, wanted, available, threads)
+        self.provider = self._session.get_providers()[0]
+        usable = [name for name, _ in wanted if name in available]
+        if self.provider != usable[0]:
+            if device.explicit:
+                raise BackendUnavailable(
+                    f"ONNX Runtime could not start {usable[0]} (its CUDA/cuDNN libraries did not load) and fell "
+                    f"back to {self.provider}; install the CUDA 13 and cuDNN 9 libraries or use --device cpu"
+                )
+            log.warning("ONNX Runtime fell back from %s to %s", usable[0], self.provider)
+        graphed = cuda_graph and self.provider == CUDA and static_shapes(self._session)
+        if graphed:
+            # Capture needs the provider option at creation, and fixed shapes can only be read from a session.
+            wanted = provider_list(device, tensorrt=False, fp16=fp16, cache_dir=trt_cache, cuda_graph=True)
+            self._session = self._open(model, device, wanted, available, threads)
+        self.input_names = [i.name for i in self._session.get_inputs()]
+        self.output_names = [o.name for o in self._session.get_outputs()]
+        on_gpu = self.provider in (CUDA, TENSORRT)
+        self._binding: _Binding | None = None
+        if graphed or (io_binding if io_binding is not None else on_gpu):
+            place = ("cuda", device.index) if on_gpu else ("cpu", 0)
+            self._binding = _Binding(self._session, *place, fixed=graphed)
+
+    @staticmethod
+    def _open(
+        model: Path,
+        device: Device,
+        wanted: list[tuple[str, dict[str, str]]],
+        available: set[str],
+        threads: int,
+    ) -> ort.InferenceSession:
+        usable = [(name, opts) for name, opts in wanted if name in available]
         # A provider that fails to load logs several lines through ORT's process-wide logger (the session's
-        # own level does not cover provider loading); the failure is reported below as one typed error.
+        # own level does not cover provider loading); the failure is reported by the caller as one typed error.
         ort.set_default_logger_severity(3 if device.kind == "cpu" else 4)
         try:
-            self._session = ort.InferenceSession(
+            return ort.InferenceSession(
                 str(model),
                 sess_options=session_options(threads),
                 providers=[name for name, _ in usable],
@@ -101,27 +197,73 @@ class OnnxSession:
             )
         except Exception as exc:  # ORT raises bare Exception subclasses for corrupt or unsupported graphs.
             raise BackendUnavailable(f"ONNX Runtime cannot load {model.name}: {exc}") from exc
-        self.provider = self._session.get_providers()[0]
-        if self.provider != usable[0][0]:
-            if device.explicit:
-                raise BackendUnavailable(
-                    f"ONNX Runtime could not start {usable[0][0]} (its CUDA/cuDNN libraries did not load) and fell "
-                    f"back to {self.provider}; install the CUDA 13 and cuDNN 9 libraries or use --device cpu"
-                )
-            log.warning("ONNX Runtime fell back from %s to %s", usable[0][0], self.provider)
-        self.input_names = [i.name for i in self._session.get_inputs()]
-        self.output_names = [o.name for o in self._session.get_outputs()]
+
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether calls replay a captured CUDA graph."""
+        return self._binding is not None and self._binding.fixed
 
     def run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
         """Run on float32 NCHW arrays keyed by input name; returns the outputs in graph order.
 
         Raises OutOfMemory when ONNX Runtime's allocator fails (callers retry with fewer frames or tiles)."""
         try:
+            if self._binding is not None:
+                return self._binding.run(inputs)
             return list(self._session.run(None, dict(inputs)))
         except Exception as exc:  # ORT raises RuntimeException/Fail subclasses of Exception; their text says why.
             if is_out_of_memory(exc):
                 raise OutOfMemory(f"{self.provider}: {exc}".splitlines()[0]) from exc
             raise
+
+
+_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+class _Binding:
+    """IO binding of one session on `device` ("cuda" or "cpu").
+
+    `fixed`: the session replays a CUDA graph, which reads and writes the same device buffers every call, so
+    inputs and outputs live in buffers allocated once (inputs are updated in place). Otherwise every call binds
+    its inputs afresh and lets ORT allocate the outputs on the device."""
+
+    def __init__(self, session: ort.InferenceSession, device: str, index: int, *, fixed: bool = False) -> None:
+        self.session = session
+        self.device = device
+        self.index = index
+        self.fixed = fixed
+        self.binding = session.io_binding()
+        self.buffers: dict[str, ort.OrtValue] = {}
+        if fixed:
+            for arg in session.get_inputs():
+                value = ort.OrtValue.ortvalue_from_shape_and_type(arg.shape, _NUMPY_TYPES[arg.type], device, index)
+                self.buffers[arg.name] = value
+                self.binding.bind_ortvalue_input(arg.name, value)
+            for arg in session.get_outputs():
+                value = ort.OrtValue.ortvalue_from_shape_and_type(arg.shape, _NUMPY_TYPES[arg.type], device, index)
+                self.binding.bind_ortvalue_output(arg.name, value)
+                self.buffers[arg.name] = value
+
+    def run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
+        if self.fixed:
+            for name, array in inputs.items():
+                buffer = self.buffers[name]
+                if tuple(array.shape) != tuple(buffer.shape()):
+                    raise ValueError(f"this graph takes {name} of shape {buffer.shape()}, got {list(array.shape)}")
+                buffer.update_inplace(np.ascontiguousarray(array, dtype=_NUMPY_TYPES[buffer.data_type()]))
+            self.session.run_with_iobinding(self.binding)
+            # A CPU buffer's array may share its memory, which the next call overwrites; a GPU one is a new copy.
+            outputs = [self.buffers[o.name].numpy() for o in self.session.get_outputs()]
+            return [o.copy() for o in outputs] if self.device == "cpu" else outputs
+        for name, array in inputs.items():
+            self.binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for arg in self.session.get_outputs():
+            self.binding.bind_output(arg.name, self.device, self.index)
+        self.session.run_with_iobinding(self.binding)
+        outputs = self.binding.copy_outputs_to_cpu()
+        self.binding.clear_binding_inputs()
+        self.binding.clear_binding_outputs()
+        return list(outputs)
 
 
 def describe_graph(path: Path) -> dict[str, list[dict[str, object]]]:

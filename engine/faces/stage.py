@@ -5,10 +5,12 @@ settings, and the source identity computed once per job. Processors read the res
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +70,36 @@ def load_sources(analyser: FaceAnalyser, paths: Sequence[Path]) -> SourceIdentit
     return SourceIdentity(np.asarray(embedding, np.float32), analyser.recogniser, faces)
 
 
+class SerialAnalyser:
+    """A FaceAnalyser whose model calls run one at a time.
+
+    A video run finds faces on one thread while identity QA embeds faces on another, both with the job's one
+    analyser; dlib's and ONNX Runtime's objects are not documented as safe for concurrent calls on one object.
+    Every other attribute (threshold, recogniser, …) is the wrapped analyser's."""
+
+    def __init__(self, inner: FaceAnalyser) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def detect(self, frame: Frame) -> list[Face]:
+        with self._lock:
+            return self._inner.detect(frame)
+
+    def refit(self, frame: Frame, face: Face) -> Face | None:
+        with self._lock:
+            return self._inner.refit(frame, face)
+
+    def embed(self, frame: Frame, faces: Sequence[Face]) -> list[Face]:
+        with self._lock:
+            return self._inner.embed(frame, faces)
+
+    def distance(self, a: np.ndarray, b: np.ndarray) -> float:
+        return self._inner.distance(a, b)
+
+
 @dataclass
 class FaceStage:
     """Finds the faces to process on each frame of one job, in frame order (it tracks between detections)."""
@@ -87,7 +119,7 @@ class FaceStage:
         """`fps`: the target's frame rate, so smoothing works in seconds whatever the video's rate."""
         if settings.reference_image is not None and settings.selector != "reference":
             raise InvalidInput("faces.reference_image is set but faces.selector is not 'reference'; set both")
-        analyser = build_analyser(settings, runtime)
+        analyser = SerialAnalyser(build_analyser(settings, runtime))
         source = load_sources(analyser, sources) if sources else None
         reference = _reference(settings, analyser, target) if settings.selector == "reference" else None
         tracker = FaceTracker(analyser, redetect_every=settings.redetect_every, fps=fps or 30.0)

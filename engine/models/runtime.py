@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from engine.backends import BackendName, Device, Session, gpu_visible
 from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable
-from engine.memory import importable
+from engine.memory import auto_batch, available_memory, importable, on_gpu
 from engine.models import fetch
 from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, ModelSpec
 
@@ -212,6 +212,13 @@ class Runtime:
             self._sessions[key] = LoadedModel(spec, file, session)
         return self._sessions[key]
 
+    def batch_for(self, frame_bytes: int) -> int:
+        """Frames per model call: the job's `runtime.batch`, or for "auto" the largest that fits the memory free
+        where the models run, given the working memory of one frame (`frame_bytes`)."""
+        if self.settings.batch != "auto":
+            return self.settings.batch
+        return auto_batch(frame_bytes, available_memory(self.settings.device), on_gpu=on_gpu(self.settings.device))
+
     def clear(self) -> None:
         """Drop every loaded session (frees GPU memory between jobs in a long-lived process)."""
         self._sessions.clear()
@@ -343,4 +350,7 @@ class Runtime:
             fp16=self.settings.fp16 and file.format != "onnx",
             input_names=spec.io.input_names,
             threads=self.settings.threads,
+            # Converted ONNX graphs reshape with fixed strides in places; spandrel's convnets are layout-agnostic.
+            channels_last=file.format != "onnx",
+            compile=self.settings.compile,
         )
