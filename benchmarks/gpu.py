@@ -5,10 +5,13 @@
 
 Models, with random weights in the real architectures and sizes: RRDBNet ×4 (Real-ESRGAN x4plus) on 1080p
 frames, GFPGANv1Clean on 512 px faces, and an InSwapper-sized graph (InSwapper's I/O — `target` 1×3×128×128,
-`source` 1×512 → `output` — with about its parameter count). Each runs on ONNX Runtime's CUDA provider (fp32),
-TensorRT (fp16, engine cache) and PyTorch (CUDA, fp16), after a warm-up. Then the frame enhancer's whole pipeline
-on a generated 1080p clip, on each configuration. `--reduced` shrinks every size and runs the CPU provider and
-PyTorch on the CPU instead, so the script itself is tested where there is no GPU.
+`source` 1×512 → `output` — with about its parameter count). Each runs on TensorRT (fp16, engine cache), ONNX
+Runtime's CUDA provider (fp32) and PyTorch on CUDA (fp16 and fp32, channels-last; fp16 in NCHW; fp16 with
+torch.compile), after a warm-up; a configuration this machine cannot run (no onnxruntime-gpu, no TensorRT) is
+listed under `skipped` with the reason. Then the frame enhancer's whole pipeline on a generated 1080p clip with
+`--batch auto`, on each backend's default configuration. `--budget` bounds the run: what is left when it is spent
+is skipped, and listed. `--reduced` shrinks every size and runs the CPU provider and PyTorch on the CPU instead,
+so the script itself is tested where there is no GPU.
 """
 
 from __future__ import annotations
@@ -122,54 +125,145 @@ def _time(call: Callable[[], Any], repeats: int) -> dict[str, float]:
     return {"ms_per_call": round(median * 1000, 3), "calls_per_s": round(1 / median, 3)}
 
 
+def _measure(
+    module: torch.nn.Module,
+    path: Path,
+    shapes: dict[str, tuple[int, ...]],
+    feeds: dict[str, np.ndarray],
+    cfg: dict[str, Any],
+    repeats: int,
+    workdir: Path,
+) -> dict[str, Any]:
+    device = Device.parse(cfg["device"])
+    if cfg["backend"] == "onnx":
+        session: Any = OnnxSession(path, device, tensorrt=cfg["tensorrt"], fp16=cfg["fp16"],
+                                   cache_dir=workdir / "cache")  # fmt: skip
+    else:
+        session = TorchSession(module, device, fp16=cfg["fp16"], input_names=list(shapes),
+                               channels_last=cfg["channels_last"], compile=cfg["compile"])  # fmt: skip
+    start = time.perf_counter()
+    timing = _time(lambda: session.run(feeds), repeats)
+    extra = {"cuda_graph": session.cuda_graph} if cfg["backend"] == "onnx" else {}
+    return {"config": cfg["name"], "provider": session.provider, **timing, **extra,
+            "seconds_with_warmup": round(time.perf_counter() - start, 2)}  # fmt: skip
+
+
 def configs(reduced: bool) -> list[dict[str, Any]]:
+    """The configurations to compare, most informative first (a run out of time skips the last ones)."""
+    base = {"tensorrt": False, "fp16": False, "channels_last": True, "compile": False}
     if reduced:
         return [
-            {"name": "onnx-cpu", "backend": "onnx", "device": "cpu", "tensorrt": False, "fp16": False},
-            {"name": "torch-cpu", "backend": "torch", "device": "cpu", "tensorrt": False, "fp16": False},
+            {**base, "name": "onnx-cpu", "backend": "onnx", "device": "cpu"},
+            {**base, "name": "torch-cpu", "backend": "torch", "device": "cpu"},
         ]
     return [
-        {"name": "onnx-cuda-fp32", "backend": "onnx", "device": "cuda", "tensorrt": False, "fp16": False},
-        {"name": "onnx-tensorrt-fp16", "backend": "onnx", "device": "cuda", "tensorrt": True, "fp16": True},
-        {"name": "torch-cuda-fp16", "backend": "torch", "device": "cuda", "tensorrt": False, "fp16": True},
-    ]
+        {**base, "name": "onnx-tensorrt-fp16", "backend": "onnx", "device": "cuda", "tensorrt": True, "fp16": True},
+        {**base, "name": "onnx-cuda-fp32", "backend": "onnx", "device": "cuda"},
+        {**base, "name": "torch-cuda-fp16", "backend": "torch", "device": "cuda", "fp16": True},
+        {**base, "name": "torch-cuda-fp32", "backend": "torch", "device": "cuda"},
+        {**base, "name": "torch-cuda-fp16-nchw", "backend": "torch", "device": "cuda", "fp16": True,
+         "channels_last": False},
+        {**base, "name": "torch-cuda-fp16-compile", "backend": "torch", "device": "cuda", "fp16": True,
+         "compile": True},
+    ]  # fmt: skip
 
 
-def run(reduced: bool, repeats: int, workdir: Path) -> dict[str, Any]:
+def unavailable(cfg: dict[str, Any]) -> str | None:
+    """Why a configuration cannot run here (None when it can)."""
+    import onnxruntime as ort
+
+    if cfg["device"] == "cuda" and not torch.cuda.is_available():
+        return "no CUDA device (PyTorch sees none)"
+    if cfg["backend"] == "onnx":
+        wanted = "CPUExecutionProvider" if cfg["device"] == "cpu" else "CUDAExecutionProvider"
+        if cfg["tensorrt"]:
+            wanted = "TensorrtExecutionProvider"
+        if wanted not in ort.get_available_providers():
+            return f"onnxruntime {ort.__version__} here has no {wanted} (providers: {ort.get_available_providers()})"
+    return None
+
+
+def run(
+    reduced: bool, repeats: int, workdir: Path, budget: float, save: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Every model on every runnable configuration, then the frame enhancer's pipeline; `budget` seconds after
+    which the remaining measurements are skipped (and listed as such). A measurement that fails is recorded under
+    `errors` and the rest go on; `save` gets the result so far after each measurement (a run cut short by a time
+    limit still leaves its figures)."""
+    import onnxruntime as ort
+
+    deadline = time.perf_counter() + budget
     result: dict[str, Any] = {
         "mode": "reduced" if reduced else "full",
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "torch": torch.__version__,
+        "onnxruntime": ort.__version__,
+        "providers": ort.get_available_providers(),
         "models": [],
         "pipeline": [],
+        "skipped": [],
+        "errors": [],
     }
+    runnable = []
+    for cfg in configs(reduced):
+        reason = unavailable(cfg)
+        if reason:
+            result["skipped"].append({"config": cfg["name"], "reason": reason})
+            print(f"skip {cfg['name']}: {reason}", flush=True)
+        else:
+            runnable.append(cfg)
     for name, module, shapes in models(reduced):
         path = workdir / f"{name}.onnx"
-        _export(module, shapes, path)
+        if any(cfg["backend"] == "onnx" for cfg in runnable):
+            _export(module, shapes, path)
         feeds = {k: np.random.default_rng(0).random(s, dtype=np.float32) for k, s in shapes.items()}
-        for cfg in configs(reduced):
-            device = Device.parse(cfg["device"])
-            if cfg["backend"] == "onnx":
-                session: Any = OnnxSession(path, device, tensorrt=cfg["tensorrt"], fp16=cfg["fp16"],
-                                           cache_dir=workdir / "cache")  # fmt: skip
+        for cfg in runnable:
+            if time.perf_counter() > deadline:
+                result["skipped"].append({"config": cfg["name"], "model": name, "reason": "time budget spent"})
+                continue
+            try:
+                entry = _measure(module, path, shapes, feeds, cfg, repeats, workdir)
+            except Exception as exc:  # one configuration failing must not lose the others' figures
+                result["errors"].append({"config": cfg["name"], "model": name, "error": repr(exc)[:500]})
+                print(f"{name:<16} {cfg['name']:<24} failed: {exc!r}"[:300], flush=True)
             else:
-                session = TorchSession(module, device, fp16=cfg["fp16"], input_names=list(shapes))
-            timing = _time(lambda s=session, f=feeds: s.run(f), repeats)
-            result["models"].append({"model": name, "config": cfg["name"], "provider": session.provider, **timing})
-            print(f"{name:<16} {cfg['name']:<20} {timing['ms_per_call']:10.1f} ms", flush=True)
-    resolution, frames = ("180p", 6) if reduced else ("1080p", 120)
-    for cfg in configs(reduced):
+                result["models"].append({"model": name, **entry})
+                print(f"{name:<16} {cfg['name']:<24} {entry['ms_per_call']:10.1f} ms", flush=True)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            if save:
+                save(result)
+    resolution, frames = ("180p", 6) if reduced else ("1080p", 60)
+    for cfg in runnable:
+        if cfg["compile"] or not cfg["channels_last"]:
+            continue  # the pipeline runs each backend's default settings
+        if time.perf_counter() > deadline:
+            result["skipped"].append({"config": cfg["name"], "model": "pipeline", "reason": "time budget spent"})
+            continue
         raw = {
             "processors": ["frame_enhancer"],
-            "runtime": {k: cfg[k] for k in ("backend", "device", "tensorrt", "fp16")},
+            "runtime": {**{k: cfg[k] for k in ("backend", "device", "tensorrt", "fp16")}, "batch": "auto"},
         }
-        measured = benchmark.run(raw, resolution=resolution, frames=frames, registry=REGISTRY,
-                                 build_chain=build_chain, workdir=workdir)  # fmt: skip
+        try:
+            measured = benchmark.run(raw, resolution=resolution, frames=frames, registry=REGISTRY,
+                                     build_chain=build_chain, workdir=workdir)  # fmt: skip
+        except Exception as exc:
+            result["errors"].append({"config": cfg["name"], "model": "pipeline", "error": repr(exc)[:500]})
+            print(f"pipeline {cfg['name']:<24} failed: {exc!r}"[:300], flush=True)
+            continue
+        finally:
+            if save:
+                save(result)
         result["pipeline"].append({"config": cfg["name"], **measured})
-        print(f"pipeline {cfg['name']:<20} {measured['fps']:8.2f} fps (floor {measured['floor_fps']:.2f})", flush=True)
+        print(f"pipeline {cfg['name']:<24} {measured['fps']:8.2f} fps (floor {measured['floor_fps']:.2f}, batch "
+              f"{measured['batch']}, ×{measured['batch_speedup']:.2f} over batch 1)", flush=True)  # fmt: skip
     return result
+
+
+def _write(result: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
 def main() -> int:
@@ -177,10 +271,11 @@ def main() -> int:
     parser.add_argument("--reduced", action="store_true", help="small sizes on the CPU (no GPU needed)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", type=Path, default=Path("gpu-benchmark.json"))
+    parser.add_argument("--budget", type=float, default=390, help="seconds after which the rest is skipped")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="facestudio-gpu-bench-") as tmp:
-        result = run(args.reduced, args.repeats, Path(tmp))
-    args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        result = run(args.reduced, args.repeats, Path(tmp), args.budget, save=lambda r: _write(r, args.json))
+    _write(result, args.json)
     print(f"json: {args.json}")
     return 0
 
