@@ -17,6 +17,7 @@ so the script itself is tested where there is no GPU.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -37,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from engine import benchmark  # noqa: E402
 from engine.backends import Device  # noqa: E402
 from engine.backends.onnx import OnnxSession  # noqa: E402
-from engine.backends.torch import TorchSession, export_onnx  # noqa: E402
+from engine.backends.torch import CHANNELS_LAST_ARCHS, TorchSession, export_onnx  # noqa: E402
 from processors import REGISTRY, build_chain  # noqa: E402
 
 
@@ -74,8 +75,8 @@ class SwapNet(torch.nn.Module):
         return self.decode(x)
 
 
-def models(reduced: bool) -> list[tuple[str, torch.nn.Module, dict[str, tuple[int, ...]]]]:
-    """(name, module with random weights, input shapes by name)."""
+def models(reduced: bool) -> list[tuple[str, str, torch.nn.Module, dict[str, tuple[int, ...]]]]:
+    """(name, architecture, module with random weights, input shapes by name)."""
     from spandrel.architectures.ESRGAN.__arch.RRDB import RRDBNet
     from spandrel.architectures.GFPGAN import GFPGAN
 
@@ -86,9 +87,14 @@ def models(reduced: bool) -> list[tuple[str, torch.nn.Module, dict[str, tuple[in
         num_mlp=8, input_is_latent=True, different_w=True, narrow=0.25 if reduced else 1, sft_half=True,
     )  # fmt: skip
     return [
-        ("rrdbnet_x4", RRDBNet(num_blocks=2 if reduced else 23), {"input": frame}),
-        ("gfpgan_512", _First(gfpgan), {"input": (1, 3, 512, 512)}),
-        ("inswapper_sized", SwapNet(64 if reduced else 1024), {"target": (1, 3, 128, 128), "source": (1, 512)}),
+        ("rrdbnet_x4", "RRDBNet", RRDBNet(num_blocks=2 if reduced else 23), {"input": frame}),
+        ("gfpgan_512", "GFPGANv1Clean", _First(gfpgan), {"input": (1, 3, 512, 512)}),
+        (
+            "inswapper_sized",
+            "inswapper",
+            SwapNet(64 if reduced else 1024),
+            {"target": (1, 3, 128, 128), "source": (1, 512)},
+        ),
     ]
 
 
@@ -127,6 +133,7 @@ def _time(call: Callable[[], Any], repeats: int) -> dict[str, float]:
 
 def _measure(
     module: torch.nn.Module,
+    arch: str,
     path: Path,
     shapes: dict[str, tuple[int, ...]],
     feeds: dict[str, np.ndarray],
@@ -139,8 +146,10 @@ def _measure(
         session: Any = OnnxSession(path, device, tensorrt=cfg["tensorrt"], fp16=cfg["fp16"],
                                    cache_dir=workdir / "cache")  # fmt: skip
     else:
-        session = TorchSession(module, device, fp16=cfg["fp16"], input_names=list(shapes),
-                               channels_last=cfg["channels_last"], compile=cfg["compile"])  # fmt: skip
+        # A copy per configuration: a session converts its module in place (precision, memory layout).
+        session = TorchSession(copy.deepcopy(module), device, fp16=cfg["fp16"], input_names=list(shapes),
+                               channels_last=cfg["channels_last"] and arch in CHANNELS_LAST_ARCHS,
+                               compile=cfg["compile"])  # fmt: skip
     start = time.perf_counter()
     timing = _time(lambda: session.run(feeds), repeats)
     extra = {"cuda_graph": session.cuda_graph} if cfg["backend"] == "onnx" else {}
@@ -184,7 +193,13 @@ def unavailable(cfg: dict[str, Any]) -> str | None:
 
 
 def run(
-    reduced: bool, repeats: int, workdir: Path, budget: float, save: Callable[[dict[str, Any]], None] | None = None
+    reduced: bool,
+    repeats: int,
+    workdir: Path,
+    budget: float,
+    save: Callable[[dict[str, Any]], None] | None = None,
+    only: list[str] | None = None,
+    pipeline: bool = True,
 ) -> dict[str, Any]:
     """Every model on every runnable configuration, then the frame enhancer's pipeline; `budget` seconds after
     which the remaining measurements are skipped (and listed as such). A measurement that fails is recorded under
@@ -214,7 +229,9 @@ def run(
             print(f"skip {cfg['name']}: {reason}", flush=True)
         else:
             runnable.append(cfg)
-    for name, module, shapes in models(reduced):
+    for name, arch, module, shapes in models(reduced):
+        if only and name not in only:
+            continue
         path = workdir / f"{name}.onnx"
         if any(cfg["backend"] == "onnx" for cfg in runnable):
             _export(module, shapes, path)
@@ -224,7 +241,7 @@ def run(
                 result["skipped"].append({"config": cfg["name"], "model": name, "reason": "time budget spent"})
                 continue
             try:
-                entry = _measure(module, path, shapes, feeds, cfg, repeats, workdir)
+                entry = _measure(module, arch, path, shapes, feeds, cfg, repeats, workdir)
             except Exception as exc:  # one configuration failing must not lose the others' figures
                 result["errors"].append({"config": cfg["name"], "model": name, "error": repr(exc)[:500]})
                 print(f"{name:<16} {cfg['name']:<24} failed: {exc!r}"[:300], flush=True)
@@ -236,7 +253,7 @@ def run(
             if save:
                 save(result)
     resolution, frames = ("180p", 6) if reduced else ("1080p", 60)
-    for cfg in runnable:
+    for cfg in runnable if pipeline else []:
         if cfg["compile"] or not cfg["channels_last"]:
             continue  # the pipeline runs each backend's default settings
         if time.perf_counter() > deadline:
@@ -272,9 +289,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", type=Path, default=Path("gpu-benchmark.json"))
     parser.add_argument("--budget", type=float, default=390, help="seconds after which the rest is skipped")
+    parser.add_argument("--models", nargs="+", metavar="NAME", help="only these models (default: all)")
+    parser.add_argument("--no-pipeline", action="store_true", help="skip the 1080p pipeline runs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="facestudio-gpu-bench-") as tmp:
-        result = run(args.reduced, args.repeats, Path(tmp), args.budget, save=lambda r: _write(r, args.json))
+        result = run(args.reduced, args.repeats, Path(tmp), args.budget, save=lambda r: _write(r, args.json),
+                     only=args.models, pipeline=not args.no_pipeline)  # fmt: skip
     _write(result, args.json)
     print(f"json: {args.json}")
     return 0

@@ -158,15 +158,20 @@ def resolve_device(device: Device) -> torch.device:
     return torch.device("cpu")
 
 
+# Architectures whose every tensor is a 4-D image batch and which never `view` one: channels-last is safe for them.
+# (GFPGAN's modulated convolutions hold 5-D weights and reshape activations with `view`, which channels-last breaks.)
+CHANNELS_LAST_ARCHS = frozenset({"RRDBNet", "SRVGGNetCompact"})
+
+
 class TorchSession:
     """A PyTorch module as a `Session`: float32 arrays in and out.
 
     `input_names`: the module's positional inputs in order (one for an image-to-image net; a converted ONNX
     graph's inputs in graph order). The module returns one tensor or a tuple/list of them (graph order).
 
-    On CUDA, image inputs (4-D) and weights go in channels-last memory order, which cuDNN's tensor-core
-    convolutions run without a layout conversion per layer; the values are the same. (On the CPU it measured no
-    steadier gain, so it is not applied there.) `compile` wraps the module
+    `channels_last` (for CHANNELS_LAST_ARCHS only): on CUDA, image inputs and weights go in channels-last memory
+    order, which cuDNN's tensor-core convolutions run without a layout conversion per layer; the values are the
+    same. (On the CPU it measured no steady gain, so it is not applied there.) `compile` wraps the module
     in `torch.compile` (the first call of each input shape compiles: seconds to minutes; later calls are faster).
     """
 
@@ -180,7 +185,7 @@ class TorchSession:
         fp16: bool = False,
         input_names: Sequence[str] = ("input",),
         threads: int = 0,
-        channels_last: bool = True,
+        channels_last: bool = False,
         compile: bool = False,
     ):
         if threads > 0:

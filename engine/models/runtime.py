@@ -341,7 +341,7 @@ class Runtime:
         return tb.build_module(state, spec.arch, spec.scale)
 
     def _open_torch(self, spec: ModelSpec, file: FileSpec) -> Session:
-        from engine.backends.torch import TorchSession
+        from engine.backends.torch import CHANNELS_LAST_ARCHS, TorchSession
 
         # A converted ONNX graph keeps the precision its graph fixes (Cast nodes, fp16 files): halving it breaks them.
         return TorchSession(
@@ -350,7 +350,6 @@ class Runtime:
             fp16=self.settings.fp16 and file.format != "onnx",
             input_names=spec.io.input_names,
             threads=self.settings.threads,
-            # Converted ONNX graphs reshape with fixed strides in places; spandrel's convnets are layout-agnostic.
-            channels_last=file.format != "onnx",
+            channels_last=file.format != "onnx" and spec.arch in CHANNELS_LAST_ARCHS,
             compile=self.settings.compile,
         )
