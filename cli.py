@@ -212,7 +212,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from engine import demo
 
         args.target = DEMO_DIR / "astronaut.mp4"
-        args.output = args.output or DEMO_DIR / "astronaut_out.mp4"
+        if args.output is None:
+            # The demo's own output, remade by every demo run.
+            args.output, args.overwrite = DEMO_DIR / "astronaut_out.mp4", True
         args.source = args.source or [demo.source_photo()]
     job = job_from_args(args)
     require_consent(args.yes)

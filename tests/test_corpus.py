@@ -497,3 +497,14 @@ def test_readme_table_lists_every_case() -> None:
         assert name in rows, f"README's table has no row for {name!r}"
         expected = "output" if case.code == 0 else f"exit {case.code}"
         assert rows[name].startswith(expected), (name, rows[name])
+
+
+def test_demo_remakes_its_own_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run --demo` writes to its own output each time; an existing file is only refused when the user named it."""
+    make_clip = demo.make_clip
+    monkeypatch.setattr(cli, "DEMO_DIR", tmp_path)
+    monkeypatch.setattr(demo, "make_clip", lambda path: make_clip(path, *SIZE, count=2, fps=12))
+    for _ in range(2):
+        assert cli.main(["run", "--demo", "--yes", *ENHANCE]) == 0
+    assert video.probe(tmp_path / "astronaut_out.mp4").frame_count == 2
+    assert cli.main(["run", "--demo", "--yes", "--output", str(tmp_path / "astronaut_out.mp4"), *ENHANCE]) == 2
