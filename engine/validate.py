@@ -45,7 +45,7 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
     """Check every input and the output of `job` before any work; raises InvalidInput (or a subclass such as
     TruncatedInput) with a one-line message naming the file and what to do.
 
-    overwrite: replace an existing file at `job.output` (the output is still never one of the inputs).
+    overwrite: accept an existing file at `job.output`, which the run replaces (never when it is an input).
     """
     info = video.probe(job.target)
     for source in job.sources:
@@ -55,7 +55,7 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
     _check_target(job, info)
     size = output_size(chain, info.width, info.height)
     _check_pixels(job, size, "the output would be", "lower the upscale factor")
-    check_paths(job, info, overwrite=overwrite)
+    _check_output(job, info, overwrite)
     span = video.select(info, job.video.trim_start, job.video.trim_end, job.video.fps)
     if info.kind == "video":
         video.check_encoder(job.video.encoder)
@@ -108,7 +108,7 @@ def _check_pixels(job: Job, size: tuple[int, int], what: str, remedy: str) -> No
         )
 
 
-def check_paths(job: Job, info: video.MediaInfo, *, overwrite: bool = False) -> None:
+def _check_output(job: Job, info: video.MediaInfo, overwrite: bool) -> None:
     """Refuse outputs that would overwrite an input or (unless `overwrite`) an existing file, cannot be written,
     or cannot hold the target's kind of media (video: an H.264/HEVC container; image: the target's own format)."""
     out = job.output
