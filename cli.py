@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--job", type=Path, help="replay a job sidecar (<output>.job.json)")
     run.add_argument("--demo", action="store_true", help="make a demo clip from a bundled photo and process it")
     run.add_argument("--yes", action="store_true", help="acknowledge the responsible-use notice for this run")
+    run.add_argument("--overwrite", action="store_true", help="replace the output file if it already exists")
     run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     models = sub.add_parser("models", help="list, fetch and verify model files")
@@ -219,7 +220,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from engine import demo
 
         args.target = DEMO_DIR / "astronaut.mp4"
-        args.output = args.output or DEMO_DIR / "astronaut_out.mp4"
+        if args.output is None:
+            # The demo's own output, remade by every demo run.
+            args.output, args.overwrite = DEMO_DIR / "astronaut_out.mp4", True
         args.source = args.source or [demo.source_photo()]
     job = job_from_args(args)
     require_consent(args.yes)
@@ -231,7 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     progress = for_terminal()
     chain = build_chain(job, runtime)
-    report = pipeline.run(job, chain, runtime, progress)
+    report = pipeline.run(job, chain, runtime, progress, overwrite=args.overwrite)
     w0, h0 = report.input_size
     w1, h1 = report.output_size
     audio = "audio kept" if report.audio else "no audio"

@@ -82,7 +82,8 @@ class VideoSettings(_Settings):
 
 class RuntimeSettings(_Settings):
     """Where and how models run. `batch`: frames per processor call, "auto" = picked from the memory free where
-    the models run (see `engine.memory.auto_batch`); `threads` 0 = one per core."""
+    the models run (see `engine.memory.auto_batch`); `threads` 0 = one per core; `max_pixels`: the largest frame
+    (width × height, pixels) accepted as a target or produced as an output."""
 
     backend: Literal["auto", "onnx", "torch"] = "auto"
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda|cuda:\d+)$")
@@ -94,6 +95,13 @@ class RuntimeSettings(_Settings):
     threads: int = Field(default=0, ge=0, le=1024)
     compile: bool = Field(default=False, description="PyTorch: torch.compile the models (slow first call per size)")
     offline: bool = Field(default=False, description="never download; fail naming the missing files")
+    # 8192×8192: beyond every camera and 8K video, and below Pillow's decompression-bomb refusal (179 MP). A frame
+    # this size is already ~200 MB as RGB, times the batch, times each model's working copies.
+    max_pixels: int = Field(
+        default=8192 * 8192,
+        ge=1,
+        description="largest target or output frame, width × height in pixels; bigger jobs are refused up front",
+    )
 
 
 class FacesSettings(_Settings):

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import queue
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -23,18 +22,16 @@ from engine import video
 from engine.errors import Cancelled, InvalidInput, InvalidJob, OutOfMemory
 from engine.faces.qa import IdentityQA
 from engine.faces.stage import FaceStage
-from engine.ffmpeg_commands import MUXERS
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor
 from engine.progress import NullProgress, Progress
 from engine.types import Face, Frame
+from engine.validate import validate
 
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
-# Image formats that can carry the synthetic-media tags; a BMP target is written as PNG.
-TAGGABLE_IMAGE_FORMATS = frozenset({"PNG", "JPEG", "WEBP", "TIFF"})
 _END = object()
 
 
@@ -124,12 +121,6 @@ def _process_halving(
         return _process_halving(processor, frames, ctxs, limit)
 
 
-def output_size(chain: Sequence[FrameProcessor], width: int, height: int) -> tuple[int, int]:
-    for processor in chain:
-        width, height = processor.output_size(width, height)
-    return width, height
-
-
 def frame_memory(chain: Sequence[FrameProcessor], width: int, height: int) -> int:
     """Bytes of working memory one width×height input frame takes through the chain's model calls (the largest
     processor's share: they run one after another)."""
@@ -156,65 +147,28 @@ def synthetic_metadata(job: Job) -> dict[str, str]:
     }
 
 
-def image_output_format(target_format: str) -> str:
-    """The Pillow format an image output must have: the target's, or PNG for a format that cannot carry tags."""
-    return target_format if target_format in TAGGABLE_IMAGE_FORMATS else "PNG"
-
-
-def check_paths(job: Job, info: video.MediaInfo) -> None:
-    """Refuse, before any work, outputs that would overwrite an input, cannot be written, or cannot hold the
-    target's kind of media (video: an H.264 container; image: the target's own format)."""
-    out = job.output
-    for given in (job.target, *job.sources):
-        if out.exists() and out.resolve() == given.resolve():
-            raise InvalidInput(f"the output {out} is one of the inputs; choose another output path")
-    if out.is_dir():
-        raise InvalidInput(f"the output {out} is a folder; give a file name such as {out / 'result.mp4'}")
-    suffix = out.suffix.lower()
-    if info.kind == "video" and suffix not in MUXERS:
-        raise InvalidInput(
-            f"the target is a video but the output ends in {out.suffix or '(nothing)'}; "
-            f"use one of {', '.join(sorted(MUXERS))}"
-        )
-    if info.kind == "image":
-        wanted = image_output_format(info.format_name)
-        if video.IMAGE_FORMATS.get(suffix) != wanted:
-            endings = ", ".join(s for s, f in video.IMAGE_FORMATS.items() if f == wanted)
-            raise InvalidInput(
-                f"the target is a {info.format_name} image, so the output must be {wanted} ({endings}); got {out.name}"
-            )
-    folder = out.parent
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), folder)
-    try:
-        if not existing.is_dir():
-            raise NotADirectoryError(existing)
-        # Permission bits do not tell (root, read-only mounts, /proc): try what the writer will do.
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError:
-        raise InvalidInput(f"cannot write {out}: {existing} is not a writable folder") from None
-
-
-def run(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, progress: Progress | None = None) -> RunReport:
+def run(
+    job: Job,
+    chain: Sequence[FrameProcessor],
+    runtime: Runtime,
+    progress: Progress | None = None,
+    *,
+    overwrite: bool = False,
+) -> RunReport:
     """Process `job.target` through `chain` into `job.output` and write `<output>.job.json`.
 
     A video target is read over `job.video`'s span (trim_start–trim_end) at its fps, and its audio is cut to the
-    same span; an image target ignores those settings. Raises typed errors only (InvalidInput, TruncatedInput,
-    Cancelled …); on any error no output or partial file is left behind.
+    same span; an image target ignores those settings. An existing file at `job.output` is refused unless
+    `overwrite`. Raises typed errors only (InvalidInput, TruncatedInput, Cancelled …); on any error no output or
+    partial file is left behind.
     """
     progress = progress or NullProgress()
     started = time.perf_counter()
-    info = video.probe(job.target)
-    for source in job.sources:
-        video.probe(source)
-    check_paths(job, info)
-    # Both checks need the probed target, and both come before any model runs or any frame is read.
-    span = video.select(info, job.video.trim_start, job.video.trim_end, job.video.fps)
-    if info.kind == "video":
-        video.check_encoder(job.video.encoder)
+    # The one choke point: every input and the output are checked before any frame is read or any model runs.
+    checked = validate(job, chain, overwrite=overwrite)
+    info, span, size = checked.info, checked.span, checked.output_size
     faces = _face_stage(job, chain, runtime, info, span)
     job.output.parent.mkdir(parents=True, exist_ok=True)
-    size = output_size(chain, info.width, info.height)
     batch = batch_size(chain, runtime, info.width, info.height)
     try:
         if info.kind == "image":

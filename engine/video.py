@@ -105,6 +105,8 @@ class MediaInfo:
         carry no timing, 1/25 with one tick per frame); 0 for an image.
     timestamps: presentation time of each frame, in `time_base` ticks counted from the first frame, ascending
         (frame_count entries; `(0,)` for an image). `select` counts the frames of a span with them.
+    color_transfer: ffmpeg's name of the video stream's transfer characteristic ("bt709", "smpte2084" for HDR10
+        PQ, "arib-std-b67" for HLG); "unknown" when the file does not say, and for an image.
     """
 
     path: Path
@@ -124,6 +126,7 @@ class MediaInfo:
     format_name: str
     time_base: Fraction
     timestamps: tuple[int, ...] = field(repr=False)
+    color_transfer: str = "unknown"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -233,6 +236,7 @@ class _Stream:
     height: int
     rotation: int
     attached_pic: bool
+    color_transfer: str = "unknown"
 
 
 @dataclass(frozen=True)
@@ -380,6 +384,7 @@ def _header_from_ffprobe(data: Mapping[str, Any]) -> _Header:
                 height=int(s.get("height", 0)),
                 rotation=_rotation(rotation),
                 attached_pic=bool(s.get("disposition", {}).get("attached_pic", 0)),
+                color_transfer=str(s.get("color_transfer", "unknown")),
             )
         )
     fmt = data.get("format", {})
@@ -457,13 +462,30 @@ def _stream_from_ffmpeg(index: int, kind: str, description: str) -> _Stream:
     codec = parts[0].split()[0] if parts[0] else "none"
     width = height = 0
     pix_fmt = "none"
+    transfer = "unknown"
     if kind == "video":
         sizes = [m for m in (_SIZE.match(p) for p in parts[1:]) if m is not None]
         if sizes:
             width, height = int(sizes[0].group(1)), int(sizes[0].group(2))
         if len(parts) > 1 and not _SIZE.match(parts[1]):
             pix_fmt = parts[1].split("(")[0].strip()
-    return _Stream(index, kind, codec, pix_fmt, width, height, 0, "(attached pic)" in description)
+            transfer = _transfer_from_ffmpeg(parts[1])
+    return _Stream(index, kind, codec, pix_fmt, width, height, 0, "(attached pic)" in description, transfer)
+
+
+def _transfer_from_ffmpeg(pixel_format: str) -> str:
+    """The transfer characteristic in `yuv420p10le(tv, bt2020nc/bt2020/smpte2084, progressive)`.
+
+    ffmpeg writes the range (tv/pc), then colour space/primaries/transfer (one name when the three are equal),
+    then the field order ("progressive", or words with spaces such as "top first")."""
+    _, _, inside = pixel_format.partition("(")
+    for item in inside.rstrip(")").split(", "):
+        names = item.split("/")
+        if len(names) == 3:
+            return names[2]
+        if item not in ("tv", "pc", "progressive") and " " not in item and item:
+            return item
+    return "unknown"
 
 
 def _video_stream(path: Path, header: _Header) -> _Stream:
@@ -572,6 +594,7 @@ def _video_info(
         format_name=header.format_name,
         time_base=timestamp_base,
         timestamps=timestamps,
+        color_transfer=video.color_transfer,
     )
 
 
@@ -1168,6 +1191,14 @@ def _open_existing_image(path: Path) -> Image.Image:
     if image is None:
         raise InvalidInput(f"{path} is not an image Pillow can read: give a PNG, JPEG, WebP, BMP or TIFF file")
     return image
+
+
+def image_frame_count(path: Path) -> int:
+    """How many frames an image file holds: more than 1 for an animated WebP, PNG (APNG) or a multi-page TIFF,
+    of which `read_image` gives the first only. Reads the file's structure, not its pixels."""
+    path = Path(path)
+    with _open_existing_image(path) as image:
+        return int(getattr(image, "n_frames", 1))
 
 
 def read_image(path: Path) -> tuple[Frame, npt.NDArray[np.uint8] | None]:

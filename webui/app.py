@@ -275,7 +275,8 @@ class Studio:
         suffix = target_path.suffix.lower() if target_path.suffix.lower() in IMAGE_SUFFIXES else ".mp4"
         output = folder / f"{next(self._counter):04d}-{target_path.stem[:40]}-facestudio{suffix}"
         job, runtime, chain = self._prepare(raw, target, output, sources)
-        return pipeline.run(job, chain, runtime, progress)
+        # The session folder is the UI's own: a name left by an earlier app run with the same counter is stale.
+        return pipeline.run(job, chain, runtime, progress, overwrite=True)
 
     def _prepare(
         self, raw: dict[str, Any], target: str, output: Path, sources: Sequence[str]
