@@ -493,10 +493,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     known = []
     try:
         needed = _default_job_models()
-    except FacestudioError as exc:
+    except Exception as exc:  # a broken install (a processor that fails to import …) is what the doctor reports
         needed = []
-        known.append(doctor.Problem("presets", "error", f"the default preset does not load: {exc}",
-                                    "fix presets/default.toml (python launch.py presets check)"))  # fmt: skip
+        message = f"the default job cannot be built: {type(exc).__name__}: {exc}".splitlines()[0]
+        fix = "pip install -e . (or what the message names), then python launch.py presets check"
+        known.append(doctor.Problem("presets", "error", message, fix))
     report = doctor.collect(needed, known=known)
     print(json.dumps(report, indent=2) if args.json else doctor.table(report))
     return 0 if report["ok"] else 2
