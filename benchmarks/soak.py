@@ -111,32 +111,41 @@ def wait_ready(url: str, server: subprocess.Popen[bytes]) -> None:
 
 
 class Sampler(threading.Thread):
-    """Samples the server every `interval` seconds (and once more on `stop`) into `samples`."""
+    """Samples the server every `interval` seconds (and once more on `stop`) into `samples`, and appends each row to
+    the CSV file `csv_path` as it goes, so a soak that dies midway still leaves its readings."""
 
-    def __init__(self, pid: int, tmp: Path, interval: float) -> None:
+    def __init__(self, pid: int, tmp: Path, interval: float, csv_path: Path) -> None:
         super().__init__(daemon=True)
         self.pid, self.tmp, self.interval = pid, tmp, interval
         self.samples: list[Sample] = []
         self.jobs = self.errors = 0
         self.start_time = time.monotonic()
         self._halt = threading.Event()
+        self._file = csv_path.open("w", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=list(Sample.__dataclass_fields__))
+        self._writer.writeheader()
 
-    def sample(self) -> None:
-        rss, fds, threads = process_stats(self.pid)
+    def sample(self) -> bool:
+        """Take one reading; False when the server is gone."""
+        try:
+            rss, fds, threads = process_stats(self.pid)
+        except (OSError, KeyError):
+            return False
         t = round(time.monotonic() - self.start_time, 2)
         self.samples.append(Sample(t, rss, fds, threads, folder_bytes(self.tmp), self.jobs, self.errors))
+        self._writer.writerow(asdict(self.samples[-1]))
+        self._file.flush()
+        return True
 
     def run(self) -> None:
-        while not self._halt.wait(self.interval):
-            try:
-                self.sample()
-            except (OSError, KeyError):  # the server exited: the main loop notices and stops
-                return
+        while not self._halt.wait(self.interval) and self.sample():
+            pass
 
     def stop(self) -> None:
         self._halt.set()
         self.join()
         self.sample()
+        self._file.close()
 
 
 def _trend(samples: list[Sample], key: str) -> dict[str, float]:
@@ -197,8 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     job_seconds: list[float] = []
     errors: list[str] = []
     try:
-        wait_ready(url, server)
-        sampler = Sampler(server.pid, out / "tmp", args.interval)
+        try:
+            wait_ready(url, server)
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        sampler = Sampler(server.pid, out / "tmp", args.interval, out / "samples.csv")
         sampler.sample()
         sampler.start()
         # Outputs are not downloaded: the client's own disk use is not what is measured.
@@ -230,10 +243,6 @@ def main(argv: list[str] | None = None) -> int:
             server.kill()
             server.wait()
 
-    with (out / "samples.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(Sample.__dataclass_fields__))
-        writer.writeheader()
-        writer.writerows(asdict(s) for s in sampler.samples)
     summary = summarise(sampler.samples, job_seconds, errors, elapsed)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
