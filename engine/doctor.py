@@ -5,8 +5,9 @@ Each `check_*` function inspects one thing and returns `(data, problems)`: JSON-
 in the README and fixed by the tests); `table` renders a report for a terminal. Nothing here changes the
 machine: models are hashed, not fetched; providers are tried on a one-node graph built in memory.
 
-A problem is an "error" when it stops the default job (the default preset on this machine), otherwise a
-"warning" (a GPU that goes unused, a second ONNX Runtime package, little free space …).
+A problem is an "error" when it stops the default job (the default preset on this machine) or when a model file
+does not match its sha256 (whichever model: someone or something changed it), otherwise a "warning" (a GPU that
+goes unused, a second ONNX Runtime package, little free space …).
 """
 
 from __future__ import annotations
