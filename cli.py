@@ -486,8 +486,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 # -- doctor ---------------------------------------------------------------------------------------------------
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Report on this machine; exit 0 when the default job can run (warnings may remain), 2 when a problem stops
-    it (each problem is printed with its fix)."""
+    """Report on this machine, each problem with its fix; exit 0 when no problem is an error (warnings may remain),
+    2 when one is: something stops the default job, or a model file does not match its sha256."""
     from engine import doctor
 
     known = []
