@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import io
+import logging
 import os
 import platform
 import re
@@ -33,6 +34,8 @@ from engine.memory import importable
 
 if TYPE_CHECKING:
     from engine.models.runtime import Folders, Runtime
+
+log = logging.getLogger(__name__)
 
 SCHEMA = 1
 """Version of the `--json` layout; bumped when a documented key changes meaning or goes away."""
@@ -519,6 +522,7 @@ def _guarded(check: str, severity: Severity, run: Callable[[], Result], empty: A
     try:
         return run()
     except Exception as exc:  # anything at all: this is the code that reports broken environments
+        log.debug("the %s check failed", check, exc_info=True)  # the traceback, for --debug
         message = f"the {check} check failed: {type(exc).__name__}: {exc}".splitlines()[0]
         return empty, [Problem(check, severity, message, "rerun with --debug to see why, and reinstall what it names")]
 

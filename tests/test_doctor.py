@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -143,13 +144,19 @@ def test_real_providers_load_on_a_graph_built_in_memory() -> None:
     assert doctor.load_provider("CPUExecutionProvider") == ("CPUExecutionProvider", None)
 
 
-def test_a_check_that_breaks_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_check_that_breaks_is_reported_not_raised(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def broken() -> doctor.Result:
         raise ImportError("libtorch_cuda.so: undefined symbol")
 
     monkeypatch.setattr(doctor, "check_torch", broken)
     monkeypatch.setattr(doctor, "check_models", lambda runtime, needed: ([], []))
-    report = doctor.collect([])
+    with caplog.at_level(logging.DEBUG, logger="engine.doctor"):
+        report = doctor.collect([])
+    # --debug shows the traceback the one-line problem leaves out.
+    (record,) = [r for r in caplog.records if r.getMessage() == "the torch check failed"]
+    assert record.exc_info is not None and record.exc_info[0] is ImportError
     assert report["torch"] is None and report["gpu_memory"] is None
     assert doctor.Problem(
         "torch", "warning", "the torch check failed: ImportError: libtorch_cuda.so: undefined symbol",
