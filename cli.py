@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     pcheck = psub.add_parser("check", help="validate preset files (default: all built-in ones)")
     pcheck.add_argument("files", nargs="*", type=Path)
     psub.add_parser("schema", help="JSON Schema of a preset")
+
+    doctor = sub.add_parser("doctor", help="check this machine: packages, ffmpeg, providers, GPU, folders, models")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON (keys: see README)")
     return parser
 
 
@@ -139,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "presets": cmd_presets,
             "ui": cmd_ui,
             "benchmark": cmd_benchmark,
+            "doctor": cmd_doctor,
         }[args.command]
         return handler(args)
     except FacestudioError as exc:
@@ -489,3 +493,34 @@ def cmd_presets(args: argparse.Namespace) -> int:
             failed += 1
             print(f"invalid  {path}: {exc}")
     return 2 if failed else 0
+
+
+# -- doctor ---------------------------------------------------------------------------------------------------
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Report on this machine, each problem with its fix; exit 0 when no problem is an error (warnings may remain),
+    2 when one is: something stops the default job, or a model file does not match its sha256."""
+    from engine import doctor
+
+    known = []
+    try:
+        needed = _default_job_models()
+    except Exception as exc:  # a broken install (a processor that fails to import …) is what the doctor reports
+        needed = []
+        message = f"the default job cannot be built: {type(exc).__name__}: {exc}".splitlines()[0]
+        fix = "pip install -e . (or what the message names), then python launch.py presets check"
+        known.append(doctor.Problem("presets", "error", message, fix))
+    report = doctor.collect(needed, known=known)
+    print(json.dumps(report, indent=2) if args.json else doctor.table(report))
+    return 0 if report["ok"] else 2
+
+
+def _default_job_models() -> list[str]:
+    """The manifest ids the default preset loads: its processors' models, and its face analyser's when a processor
+    needs faces."""
+    from engine.faces.stage import analyser_model_ids
+
+    preset = Preset.parse(load_preset_raw("default"), registry())
+    ids = [m for p in preset.processors for m in registry()[p].model_ids(preset.options[p])]
+    if any(registry()[p].needs_faces for p in preset.processors):
+        ids += analyser_model_ids(preset.faces)
+    return list(dict.fromkeys(ids))

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine import demo  # noqa: E402
-from engine.faces.embedded import EmbeddedAnalyser  # noqa: E402
-from engine.job import RuntimeSettings  # noqa: E402
+from engine.faces.stage import build_analyser  # noqa: E402
+from engine.job import FacesSettings, RuntimeSettings  # noqa: E402
 from engine.models.manifest import MANIFEST_PATH  # noqa: E402
 from engine.models.runtime import Runtime  # noqa: E402
 from engine.processor import FrameContext  # noqa: E402
@@ -84,7 +84,9 @@ def main() -> int:
         os.environ.update(FACESTUDIO_MODELS=str(models), FACESTUDIO_CACHE=str(cache))
         os.environ["FACESTUDIO_MANIFEST"] = str(Path(tmp, "manifest.toml"))
         frame = demo.photo()
-        (face,) = EmbeddedAnalyser().detect(frame)
+        # Through the same builder as a job, so the dlib files are checked against their sha256 first.
+        analyser = build_analyser(FacesSettings(), Runtime(RuntimeSettings(device="cpu", offline=True)))
+        (face,) = analyser.detect(frame)
         size = f"{frame.shape[1]}×{frame.shape[0]}"
         print(f"# {os.cpu_count()} CPUs, torch {torch.__version__}, one face on a {size} frame", flush=True)
         for model_id in args.models:

@@ -52,6 +52,10 @@ class ChecksumMismatch(ModelUnavailable):
     """A downloaded or placed model file does not have the manifest's sha256 (exit 3)."""
 
 
+class UnsafeWeights(ModelUnavailable):
+    """A weights file holds pickled Python objects besides tensors (code could run on load); refused (exit 3)."""
+
+
 class BackendUnavailable(FacestudioError):
     """The requested inference backend or device cannot be used here (exit 2: a usage problem)."""
 

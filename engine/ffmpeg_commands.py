@@ -93,6 +93,13 @@ def encoders_args(ffmpeg: str) -> list[str]:
     return [ffmpeg, "-nostdin", "-hide_banner", "-encoders"]
 
 
+def encoder_test_args(ffmpeg: str, encoder: str) -> list[str]:
+    """ffmpeg encoding one black 256×256 frame with `encoder` and discarding it: exit status 0 when the encoder
+    really works here (a hardware encoder such as h264_nvenc can be built in and still lack its GPU or driver)."""
+    return [ffmpeg, "-nostdin", "-hide_banner", "-v", "error", "-f", "lavfi", "-i", "color=c=black:s=256x256:r=25",
+            "-frames:v", "1", "-c:v", encoder, "-f", "null", "-"]  # fmt: skip
+
+
 def decode_args(
     ffmpeg: str,
     path: Path,

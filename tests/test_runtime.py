@@ -13,7 +13,8 @@ from conftest import Server
 from spandrel.architectures.Compact import Compact as SRVGGNetCompact
 
 import cli
-from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable
+from engine import video
+from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable, UnsafeWeights
 from engine.job import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, Runtime
@@ -127,21 +128,102 @@ def test_tampered_file_is_refused_and_kept(tiny: tuple[Runtime, Path]) -> None:
     assert placed.is_file()
 
 
-def test_weights_are_never_unpickled(tmp_path: Path) -> None:
+def evil_pickle(path: Path, marker: Path) -> bytes:
+    """A `.pth` whose unpickling would create `marker` (a `__reduce__` payload, as a malicious checkpoint has)."""
+
     class Evil:
         def __reduce__(self):  # runs `touch` if anything unpickles this
-            return (Path.touch, (tmp_path / "pwned",))
+            return (Path.touch, (marker,))
 
+    torch.save({"params": Evil()}, path)
+    return path.read_bytes()
+
+
+def test_weights_are_never_unpickled(tmp_path: Path) -> None:
     src = tmp_path / "evil.pth"
-    torch.save({"params": Evil()}, src)
-    data = src.read_bytes()
+    data = evil_pickle(src, tmp_path / "pwned")
     manifest = Manifest.load(write_manifest(tmp_path, src.as_uri(), data, filename="evil.pth"))
     runtime = Runtime(
         RuntimeSettings(device="cpu"), manifest=manifest, folders=Folders(models=tmp_path / "m", cache=tmp_path / "c")
     )
-    with pytest.raises(InvalidInput, match="cannot read weights"):
-        runtime.load("realesr_general_x4v3", "torch")
+    for backend in ("torch", "onnx"):  # the ONNX backend converts .pth weights through the same reader
+        with pytest.raises(UnsafeWeights) as info:
+            runtime.load("realesr_general_x4v3", backend)
+        message = str(info.value)
+        assert message.startswith(f"{tmp_path / 'm' / 'evil.pth'} holds Python objects besides tensors")
+        assert "\n" not in message and "weights_only=False" not in message
     assert not (tmp_path / "pwned").exists()
+
+
+def test_malicious_pickle_run_exits_3_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "evil.pth"
+    data = evil_pickle(src, tmp_path / "pwned")
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(write_manifest(tmp_path, src.as_uri(), data, filename="evil.pth")))
+    target = tmp_path / "t.png"
+    video.write_image(target, np.full((16, 16, 3), 128, np.uint8))
+    args = ["run", "--target", str(target), "--output", str(tmp_path / "o.png"), "--processors", "frame_enhancer",
+            "--set", "frame_enhancer.model=realesr_general_x4v3", "--backend", "torch", "--device", "cpu",
+            "--yes"]  # fmt: skip
+    assert cli.main(args) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "holds Python objects besides tensors" in err
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "o.png").exists()
+
+
+def test_tampered_model_run_exits_3_and_keeps_the_file(
+    tiny: tuple[Runtime, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runtime, src = tiny
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(tmp_path / "manifest.toml"))
+    monkeypatch.setenv("FACESTUDIO_MODELS", str(runtime.folders.models))
+    runtime.folders.models.mkdir(parents=True)
+    placed = runtime.folders.models / "tiny.pth"
+    placed.write_bytes(tiny_pth(tmp_path / "other.pth", seed=1))
+    target = tmp_path / "t.png"
+    video.write_image(target, np.full((16, 16, 3), 128, np.uint8))
+    for backend in ("torch", "onnx"):
+        args = ["run", "--target", str(target), "--output", str(tmp_path / "o.png"), "--processors",
+                "frame_enhancer", "--set", "frame_enhancer.model=realesr_general_x4v3", "--backend", backend,
+                "--device", "cpu", "--yes"]  # fmt: skip
+        assert cli.main(args) == 3
+        err = capsys.readouterr().err
+        expected, actual = hashlib.sha256(src.read_bytes()).hexdigest(), hashlib.sha256(placed.read_bytes()).hexdigest()
+        assert err == (
+            f"error: {placed} has sha256 {actual[:12]}…, expected {expected[:12]}… (modified or corrupt); "
+            "delete it to download it again\n"
+        )
+    assert placed.read_bytes() == (tmp_path / "other.pth").read_bytes()  # left for the user to inspect
+
+
+def test_cached_conversion_is_verified_before_reuse(tiny: tuple[Runtime, Path]) -> None:
+    runtime, _ = tiny
+    runtime.load("realesr_general_x4v3", "onnx")
+    (graph,) = (runtime.folders.cache / "onnx").glob("*.onnx")
+    record = graph.with_name(f"{graph.name}.sha256")
+    assert record.read_text().strip() == hashlib.sha256(graph.read_bytes()).hexdigest()
+
+    # A later process (a fresh runtime) reuses the graph only while it still has the recorded sha256.
+    built = graph.stat().st_mtime_ns
+    fresh = Runtime(RuntimeSettings(device="cpu"), manifest=runtime.manifest, folders=runtime.folders)
+    assert fresh.load("realesr_general_x4v3", "onnx").session.provider == "CPUExecutionProvider"
+    assert graph.stat().st_mtime_ns == built
+    graph.write_bytes(graph.read_bytes() + b"\0")
+    tampered = graph.read_bytes()
+    fresh = Runtime(RuntimeSettings(device="cpu"), manifest=runtime.manifest, folders=runtime.folders)
+    with pytest.raises(ChecksumMismatch, match=f"{graph.name} has sha256 .*cached conversion of tiny.pth"):
+        fresh.load("realesr_general_x4v3", "onnx")
+    assert graph.read_bytes() == tampered
+
+    # A graph cached before graphs had a record is rebuilt from the verified weights, and recorded.
+    record.unlink()
+    fresh.load("realesr_general_x4v3", "onnx")
+    assert (
+        record.read_text().strip()
+        == hashlib.sha256(graph.read_bytes()).hexdigest()
+        != hashlib.sha256(tampered).hexdigest()
+    )
 
 
 def test_a_file_that_is_not_what_the_manifest_says_is_a_typed_error(tiny: tuple[Runtime, Path], tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import pickle
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,7 +22,7 @@ import numpy.typing as npt
 import torch
 
 from engine.backends import Device
-from engine.errors import BackendUnavailable, InvalidInput, OutOfMemory
+from engine.errors import BackendUnavailable, InvalidInput, OutOfMemory, UnsafeWeights
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +30,11 @@ StateDict = dict[str, torch.Tensor]
 
 
 def load_state_dict(path: Path) -> StateDict:
-    """Read a `.pth` (weights only) or `.safetensors` file and unwrap `params_ema` / `params` if present."""
+    """Read a `.pth` (weights only) or `.safetensors` file and unwrap `params_ema` / `params` if present.
+
+    Raises UnsafeWeights for a pickle that names anything but tensors and plain containers (nothing of it runs),
+    InvalidInput for a file that is not weights at all.
+    """
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -37,6 +43,14 @@ def load_state_dict(path: Path) -> StateDict:
         else:
             raw = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError … for bad files.
+        if isinstance(exc, pickle.UnpicklingError) and "Weights only load failed" in str(exc):
+            # torch's own text suggests weights_only=False, the one thing never to do here; name what it refused.
+            found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+            what = f" ({found[1]})" if found else ""
+            raise UnsafeWeights(
+                f"{path} holds Python objects besides tensors{what}, which could run code when loaded, so it was "
+                "refused; use the official file or a .safetensors copy"
+            ) from exc
         raise InvalidInput(f"cannot read weights {path}: {exc}".splitlines()[0]) from exc
     for key in ("params_ema", "params", "state_dict"):
         if isinstance(raw.get(key), dict):

@@ -27,6 +27,15 @@ from engine.types import Face, Frame
 log = logging.getLogger(__name__)
 
 
+def analyser_model_ids(settings: FacesSettings) -> list[str]:
+    """The manifest ids of the models the analyser `settings` name loads (for prefetch and `doctor`)."""
+    if settings.analyser == "buffalo_l":
+        from engine.faces.buffalo import DETECTOR, RECOGNISER
+
+        return [DETECTOR, RECOGNISER]
+    return ["dlib_landmarks_68", "dlib_resnet_v1"] + (["dlib_mmod_detector"] if settings.detector == "cnn" else [])
+
+
 def build_analyser(settings: FacesSettings, runtime: Runtime) -> FaceAnalyser:
     """The analyser `faces.analyser` names: dlib (embedded, offline) or InsightFace buffalo_l (downloaded)."""
     if settings.analyser == "buffalo_l":
@@ -36,8 +45,7 @@ def build_analyser(settings: FacesSettings, runtime: Runtime) -> FaceAnalyser:
     from engine.faces.embedded import EmbeddedAnalyser
 
     # The dlib files are checked against the manifest's sha256 once per process (a tampered file is refused).
-    needed = ["dlib_landmarks_68", "dlib_resnet_v1"] + (["dlib_mmod_detector"] if settings.detector == "cnn" else [])
-    for model_id in needed:
+    for model_id in analyser_model_ids(settings):
         # A mirror's catalogue may leave the embedded entries out; then there is nothing to check against.
         spec = runtime.manifest.models.get(model_id)
         for file in spec.files if spec is not None else ():

@@ -10,8 +10,10 @@ Which file serves a model (all files of a model hold the same weights):
 2. a present file of another format that can be converted (ncnn → ONNX graph or state dict; pth → ONNX export;
    ONNX → torch module);
 3. otherwise a downloadable file is fetched (or, offline, `ModelUnavailable` names every missing file).
-Derived files (ONNX graphs) are cached in the cache folder under the source's sha256. `export` writes such a
-graph to the models folder instead and records its sha256 (`models export`), so it is verified like a download.
+Derived files (ONNX graphs) are cached in the cache folder under the source's sha256, with their own sha256
+recorded beside them. `export` writes such a graph to the models folder instead and records its sha256 (`models
+export`). Every file is checked against its sha256 before its first load by a runtime (`_verified`); a file that
+does not match is refused with ChecksumMismatch and left where it is for the user to inspect.
 """
 
 from __future__ import annotations
@@ -240,10 +242,18 @@ class Runtime:
         )
 
     def _derived_onnx(self, spec: ModelSpec, file: FileSpec) -> Path:
+        """The ONNX graph converted from `file` (already verified by `ensure`), from the cache when it holds one.
+
+        The graph's own sha256 is written beside it (`<graph>.sha256`) and checked before its first load in this
+        runtime, like a download's: a changed cached graph is refused (ChecksumMismatch) and left for the user.
+        """
         # The whole content key (ncnn: .param and .bin) and the converter's version name the derived graph.
         target = self.folders.cache / "onnx" / f"{spec.id}-{file.key}-c{CONVERTER_VERSION}.onnx"
-        if target.is_file():
+        record = target.with_name(f"{target.name}.sha256")
+        if target.is_file() and record.is_file():
+            self._verify_derived(target, record.read_text(encoding="ascii").strip(), file)
             return target
+        # No graph, or one cached before graphs had a recorded sha256: (re)build it from the verified source.
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as tmp:
             tmp_path = Path(tmp.name)
@@ -258,10 +268,28 @@ class Runtime:
                 export_onnx(
                     self._torch_module(spec, file), tmp_path, fixed_size=spec.input_size, fidelity=spec.io.fidelity
                 )
+            digest = fetch.sha256_file(tmp_path)
             os.replace(tmp_path, target)
         finally:
             tmp_path.unlink(missing_ok=True)
+        # After the graph: an interruption in between leaves a graph without a record, which is simply rebuilt.
+        record_part = record.with_name(f".{record.name}.part")
+        record_part.write_text(f"{digest}\n", encoding="ascii")
+        os.replace(record_part, record)
+        self._verified.add(target)
         return target
+
+    def _verify_derived(self, path: Path, expected: str, source: FileSpec) -> None:
+        """Refuse a cached graph whose bytes no longer match the sha256 recorded when it was built."""
+        if path in self._verified:
+            return
+        actual = fetch.sha256_file(path)
+        if actual != expected:
+            raise ChecksumMismatch(
+                f"{path} has sha256 {actual[:12]}…, expected {expected[:12]}… (modified or corrupt cached "
+                f"conversion of {source.filename}); delete it and it is rebuilt from the verified source"
+            )
+        self._verified.add(path)
 
     # -- exporting ------------------------------------------------------------------------------------------
     def export(self, model_id: str, *, fp16: bool = False) -> tuple[Path, FileSpec, dict[str, list[dict[str, object]]]]:
