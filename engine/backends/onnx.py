@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from engine import metrics
 from engine.backends import Device, gpu_visible
 from engine.errors import BackendUnavailable, OutOfMemory
 
@@ -109,6 +110,7 @@ class OnnxSession:
                     f"back to {self.provider}; install the CUDA 13 and cuDNN 9 libraries or use --device cpu"
                 )
             log.warning("ONNX Runtime fell back from %s to %s", usable[0][0], self.provider)
+            metrics.record_fallback(usable[0][0], self.provider)
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.output_names = [o.name for o in self._session.get_outputs()]
 
