@@ -94,7 +94,7 @@ def copy_upload(source: IO[bytes], path: Path, limit: int) -> Path:
             if written > limit:
                 out.close()
                 path.unlink(missing_ok=True)
-                raise UploadTooLarge(f"{path.stem} is larger than the server's upload limit of {limit} bytes")
+                raise UploadTooLarge(f"the {path.stem} is over the server's upload limit of {limit} bytes a file")
             out.write(chunk)
     return path
 

@@ -84,9 +84,11 @@ def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None
     ) -> dict[str, str]:
         if not consent:
             raise HTTPException(403, "consent must be true: acknowledge the responsible-use notice")
+        # Refused from its declared length when it cannot fit (64 kB spare for the form fields and multipart
+        # framing); each file is also checked as it is stored.
         length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > max_upload * (1 + len(sources or [])):
-            raise HTTPException(413, f"the upload is larger than the server's limit of {max_upload} bytes per file")
+        if length.isdigit() and int(length) > max_upload * (1 + len(sources or [])) + (1 << 16):
+            raise HTTPException(413, f"the upload is over the server's upload limit of {max_upload} bytes a file")
 
         def save(folder: Path) -> tuple[Path, list[Path]]:
             saved_target = copy_upload(target.file, folder / f"target{upload_suffix(target.filename)}", max_upload)
