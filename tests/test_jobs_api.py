@@ -145,6 +145,13 @@ def test_a_full_queue_refuses_and_a_queued_job_cancels_at_once(api, media) -> No
         ('{"processors": ["nope"]}', {}, 400, "unknown processor 'nope'"),
         ("processors = [", {}, 400, "the settings are neither TOML nor JSON"),
         ('{"processors": ["invert"], "invert": {"amount": 999}}', {}, 400, "invert.amount"),
+        ('{"processors": ["invert"], "output": "/tmp/x.png"}', {}, 400, "output"),
+        (
+            '{"processors": ["face_swapper"], "faces": {"selector": "reference", "reference_image": "/etc/hostname"}}',
+            {},
+            400,
+            "the jobs API takes no faces.reference_image",
+        ),
     ],
 )
 def test_refusals_are_4xx_with_one_line(api, media, preset: str, form: dict, code: int, detail: str) -> None:

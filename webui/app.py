@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
 import shutil
 import tempfile
 import threading
-import tomllib
 import typing
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,7 +42,7 @@ from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor
 from engine.types import Frame
 from webui import server
-from webui.jobs import JobQueue
+from webui.jobs import JobQueue, parse_preset_text
 from webui.widgets import fields, from_widget, unwrap, widget
 
 log = logging.getLogger(__name__)
@@ -639,7 +637,7 @@ class Studio:
                         "consent must be true: acknowledge the responsible-use notice", print_exception=False
                     )
                 try:
-                    raw = _parse_preset_text(preset_text)
+                    raw = parse_preset_text(preset_text)
                     report = self.execute(
                         raw,
                         target_path,
@@ -697,19 +695,6 @@ def _toml_ready(raw: Any) -> Any:
     if isinstance(raw, list | tuple):
         return [_toml_ready(v) for v in raw]
     return raw
-
-
-def _parse_preset_text(text: str | None) -> dict[str, Any]:
-    """A preset given as TOML or JSON text; empty text is the default preset."""
-    if not text or not text.strip():
-        return load_preset_raw("default")
-    try:
-        value = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise InvalidInput(f"the settings are neither TOML nor JSON: {exc}".splitlines()[0]) from None
-    if not isinstance(value, dict):
-        raise InvalidInput("the settings must be a TOML table or a JSON object")
-    return value
 
 
 def _report_json(report: pipeline.RunReport) -> dict[str, Any]:

@@ -9,18 +9,20 @@ finished; then the oldest is forgotten and its folder deleted.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import secrets
 import shutil
 import threading
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from engine.errors import Cancelled, FacestudioError, InvalidInput
-from engine.job import Preset
+from engine.job import Preset, load_preset_raw
 from engine.metrics import PROCESS_METRICS
 
 if TYPE_CHECKING:
@@ -83,6 +85,19 @@ class _JobProgress:
 
     def close(self) -> None:
         pass
+
+
+def parse_preset_text(text: str | None) -> dict[str, Any]:
+    """A preset given as TOML or JSON text; empty text is the default preset."""
+    if not text or not text.strip():
+        return load_preset_raw("default")
+    try:
+        value = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidInput(f"the settings are neither TOML nor JSON: {exc}".splitlines()[0]) from None
+    if not isinstance(value, dict):
+        raise InvalidInput("the settings must be a TOML table or a JSON object")
+    return value
 
 
 def copy_upload(source: IO[bytes], path: Path, limit: int) -> Path:
@@ -149,7 +164,9 @@ class JobQueue:
         """Validate the preset, store the inputs (`save_inputs(folder)` → target, sources) and queue the job.
 
         Raises InvalidJob for a bad preset, QueueFull when `max_queued` jobs wait already."""
-        Preset.parse(raw, self.studio.registry)
+        if Preset.parse(raw, self.studio.registry).faces.reference_image is not None:
+            # A path in the preset would name a file on the server, which a client has no business reading.
+            raise InvalidInput("the jobs API takes no faces.reference_image (a server path); use faces.reference_frame")
         if self._queue.full():
             raise QueueFull(f"{self._queue.maxsize} jobs are waiting already; try again later")
         job_id = secrets.token_urlsafe(16)

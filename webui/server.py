@@ -18,7 +18,6 @@ so `--share` and Gradio's login keep working as they are.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -31,7 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from engine.errors import InvalidInput
 from engine.health import Readiness
 from engine.metrics import PROCESS_METRICS
-from webui.jobs import JobQueue, JobRecord, QueueFull, UploadTooLarge, copy_upload, upload_suffix
+from webui.jobs import JobQueue, JobRecord, QueueFull, UploadTooLarge, copy_upload, parse_preset_text, upload_suffix
 
 PROBE_PATHS = ("/healthz", "/readyz", "/metrics")
 _basic = HTTPBasic(auto_error=False)
@@ -39,7 +38,6 @@ _basic = HTTPBasic(auto_error=False)
 
 def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None, max_upload: int) -> list[APIRoute]:
     """The probe, metrics and jobs routes. `max_upload`: the largest file accepted, in bytes."""
-    from webui.app import _parse_preset_text
 
     def login(credentials: Annotated[HTTPBasicCredentials | None, Depends(_basic)]) -> None:
         if auth is None:
@@ -99,7 +97,7 @@ def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None
             return saved_target, saved_sources
 
         try:
-            record = jobs.submit(_parse_preset_text(preset), save)
+            record = jobs.submit(parse_preset_text(preset), save)
         except UploadTooLarge as exc:
             raise HTTPException(413, str(exc)) from None
         except QueueFull as exc:
@@ -114,10 +112,7 @@ def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None
 
     @api.post("/jobs/{job_id}/cancel")
     def cancel(job_id: str) -> dict[str, object]:
-        found(job_id)
-        record = jobs.cancel(job_id)
-        assert record is not None
-        return record.as_json()
+        return (jobs.cancel(job_id) or found(job_id)).as_json()
 
     @api.get("/jobs/{job_id}/result")
     def result(job_id: str, sidecar: bool = False) -> FileResponse:
@@ -128,8 +123,4 @@ def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None
         media = "application/json" if sidecar else None
         return FileResponse(path, media_type=media, filename=path.name)
 
-    return [r for router in (probes, api) for r in _api_routes(router.routes)]
-
-
-def _api_routes(found: Sequence[object]) -> list[APIRoute]:
-    return [r for r in found if isinstance(r, APIRoute)]
+    return [r for router in (probes, api) for r in router.routes if isinstance(r, APIRoute)]
