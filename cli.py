@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--auth", metavar="USER:PASS", help="require this login (needed with --share)")
     ui.add_argument("--max-file-size", default="2gb", help="largest upload accepted, e.g. 500mb or 2gb")
     ui.add_argument("--queue-size", type=int, default=16, help="jobs that may wait at once")
+    ui.add_argument("--ready-preset", default="default", help="preset whose models /readyz requires (name or file)")
+    ui.add_argument("--min-free-gb", type=float, default=1.0, help="free temp space /readyz requires, in GB")
 
     presets = sub.add_parser("presets", help="list, check and describe presets")
     psub = presets.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -459,7 +461,8 @@ def ui_settings(args: argparse.Namespace) -> Any:
     if args.queue_size < 1:
         raise UsageError("--queue-size must be at least 1")
     return UISettings(host=args.host, port=args.port, share=args.share, auth=auth,
-                      max_file_size=args.max_file_size, queue_size=args.queue_size)  # fmt: skip
+                      max_file_size=args.max_file_size, queue_size=args.queue_size,
+                      ready_preset=args.ready_preset, min_free_gb=args.min_free_gb)  # fmt: skip
 
 
 def cmd_ui(args: argparse.Namespace) -> int:

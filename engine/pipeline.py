@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engine import video
+from engine import metrics, video
 from engine.errors import Cancelled, InvalidInput, InvalidJob, OutOfMemory
 from engine.faces.qa import IdentityQA
 from engine.faces.stage import FaceStage
@@ -109,7 +109,11 @@ def _process_halving(
             for out in _process_halving(processor, frames[at : at + step], ctxs[at : at + step], limit)
         ]
     try:
-        return processor.process(frames, ctxs)
+        started = time.perf_counter()
+        out = processor.process(frames, ctxs)
+        # The one metrics hook of the pipeline: per-processor frames and latency, whoever runs the chain.
+        metrics.record_frames(processor, len(out), time.perf_counter() - started)
+        return out
     except (OutOfMemory, MemoryError) as exc:
         if len(frames) == 1:
             raise OutOfMemory(

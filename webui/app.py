@@ -6,20 +6,21 @@ one frame through `pipeline.process_frame`, the path every batch of a full run t
 
 Isolation: each browser session works in its own folder under a private work directory that Gradio does not
 serve; what a session gets back (its output and sidecar) is handed to Gradio, which serves it under an
-unguessable content-hash URL. All model work shares one queue (`concurrency_id="gpu"`), one job at a time.
+unguessable content-hash URL. All model work shares one queue (`concurrency_id="gpu"`), one job at a time, and
+one lock (`Studio.gpu`) that the jobs API's worker takes too (webui/jobs.py). Probes, metrics and the jobs API are
+served beside the UI on the same port (webui/server.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import json
 import logging
 import shutil
 import tempfile
 import threading
-import tomllib
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,16 @@ from engine import consent, pipeline, video
 from engine.errors import Cancelled, FacestudioError, InvalidInput
 from engine.faces import FaceAnalyser
 from engine.faces.stage import FaceStage, build_analyser
+from engine.health import Readiness
 from engine.job import PRESETS_DIR, SETTINGS_GROUPS, FacesSettings, Job, Preset, RuntimeSettings, load_preset_raw
+from engine.metrics import observe_job
 from engine.models import fetch
 from engine.models.manifest import Manifest
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor
 from engine.types import Frame
+from webui import server
+from webui.jobs import JobQueue, parse_preset_text
 from webui.widgets import fields, from_widget, unwrap, widget
 
 log = logging.getLogger(__name__)
@@ -49,8 +54,10 @@ IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".
 
 @dataclass(frozen=True)
 class UISettings:
-    """How the app is served. `max_file_size`: the largest upload Gradio accepts (e.g. "2gb", "500mb");
-    `queue_size`: jobs waiting at most, beyond which new ones are refused."""
+    """How the app is served. `max_file_size`: the largest upload accepted (e.g. "2gb", "500mb"); `queue_size`:
+    jobs waiting at most (in the UI's queue, and in the jobs API's), beyond which new ones are refused;
+    `ready_preset`: the preset (name or TOML file) whose models `/readyz` requires; `min_free_gb`: free space, in
+    GB (10^9 bytes), the temp folder must keep for `/readyz`."""
 
     host: str = "127.0.0.1"
     port: int = 7860
@@ -58,6 +65,8 @@ class UISettings:
     auth: tuple[str, str] | None = None
     max_file_size: str = "2gb"
     queue_size: int = 16
+    ready_preset: str = "default"
+    min_free_gb: float = 1.0
 
 
 class _UIProgress:
@@ -123,6 +132,9 @@ class Studio:
         # nothing in it is reachable by URL until a session's own handler returns it.
         self.work = work_dir or Path(tempfile.mkdtemp(prefix="facestudio-ui-"))
         self._lock = threading.Lock()
+        # Held by every piece of model work (runs, previews, face finding), from the UI and the jobs API alike:
+        # one job at a time on the GPU, and the shared runtimes are used from one thread at a time.
+        self.gpu = threading.Lock()
         self._cancels: dict[str, threading.Event] = {}
         self._runtimes: dict[RuntimeSettings, Runtime] = {}
         self._counter = itertools.count(1)
@@ -240,7 +252,8 @@ class Studio:
         if not target:
             raise InvalidInput("add a target first")
         frame = _frame_at(Path(target), index)
-        crops = [_crop(frame, face.box) for face in self.analyser(values).detect(frame)]
+        with self.gpu:
+            crops = [_crop(frame, face.box) for face in self.analyser(values).detect(frame)]
         for i, crop in enumerate(crops):
             video.write_image(folder / f"face-{i}.png", crop)
         return crops
@@ -274,9 +287,10 @@ class Studio:
         target_path = Path(target)
         suffix = target_path.suffix.lower() if target_path.suffix.lower() in IMAGE_SUFFIXES else ".mp4"
         output = folder / f"{next(self._counter):04d}-{target_path.stem[:40]}-facestudio{suffix}"
-        job, runtime, chain = self._prepare(raw, target, output, sources)
-        # The session folder is the UI's own: a name left by an earlier app run with the same counter is stale.
-        return pipeline.run(job, chain, runtime, progress, overwrite=True)
+        with self.gpu, observe_job():
+            job, runtime, chain = self._prepare(raw, target, output, sources)
+            # The session folder is the UI's own: a name left by an earlier app run with the same counter is stale.
+            return pipeline.run(job, chain, runtime, progress, overwrite=True)
 
     def _prepare(
         self, raw: dict[str, Any], target: str, output: Path, sources: Sequence[str]
@@ -290,14 +304,15 @@ class Studio:
         """Frame `index` of the target through the chain, via `pipeline.process_frame` (what a run does)."""
         if not target:
             raise InvalidInput("add a target image or video first")
-        job, runtime, chain = self._prepare(raw, target, self.work / "preview.png", sources)
         frame = _frame_at(Path(target), index)
-        ctx = FrameContext(index=index)
-        if any(p.needs_faces for p in chain):
-            stage = FaceStage.create(job.faces, runtime, [Path(s) for s in sources], Path(target))
-            ((_, found),) = list(stage.annotate([frame]))
-            ctx = FrameContext(index=index, faces=found, source=stage.source)
-        return pipeline.process_frame(chain, frame, ctx)
+        with self.gpu:
+            job, runtime, chain = self._prepare(raw, target, self.work / "preview.png", sources)
+            ctx = FrameContext(index=index)
+            if any(p.needs_faces for p in chain):
+                stage = FaceStage.create(job.faces, runtime, [Path(s) for s in sources], Path(target))
+                ((_, found),) = list(stage.annotate([frame]))
+                ctx = FrameContext(index=index, faces=found, source=stage.source)
+            return pipeline.process_frame(chain, frame, ctx)
 
     # -- the app ----------------------------------------------------------------------------------------------
     def build(self) -> gr.Blocks:
@@ -623,7 +638,7 @@ class Studio:
                         "consent must be true: acknowledge the responsible-use notice", print_exception=False
                     )
                 try:
-                    raw = _parse_preset_text(preset_text)
+                    raw = parse_preset_text(preset_text)
                     report = self.execute(
                         raw,
                         target_path,
@@ -683,19 +698,6 @@ def _toml_ready(raw: Any) -> Any:
     return raw
 
 
-def _parse_preset_text(text: str | None) -> dict[str, Any]:
-    """A preset given as TOML or JSON text; empty text is the default preset."""
-    if not text or not text.strip():
-        return load_preset_raw("default")
-    try:
-        value = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise InvalidInput(f"the settings are neither TOML nor JSON: {exc}".splitlines()[0]) from None
-    if not isinstance(value, dict):
-        raise InvalidInput("the settings must be a TOML table or a JSON object")
-    return value
-
-
 def _report_json(report: pipeline.RunReport) -> dict[str, Any]:
     return {
         "kind": report.kind,
@@ -734,11 +736,36 @@ def summary(report: pipeline.RunReport) -> str:
     return "\n\n".join(lines)
 
 
+def parse_size(text: str) -> int:
+    """Bytes in a size such as "2gb", "500mb", "64kb" or "1000" (units of 1024, as Gradio reads max_file_size)."""
+    units = {"tb": 1 << 40, "gb": 1 << 30, "mb": 1 << 20, "kb": 1 << 10, "b": 1}
+    compact = text.replace(" ", "").lower()
+    unit = next((u for u in units if compact.endswith(u)), "")
+    number = compact[: len(compact) - len(unit)]
+    if not number.isdigit():
+        raise InvalidInput(f"size {text!r} is not a number with kb, mb, gb or tb, e.g. 2gb")
+    return int(number) * units.get(unit, 1)
+
+
 def launch(settings: UISettings, studio: Studio | None = None, *, block: bool = True) -> gr.Blocks:
-    """Build and serve the app. Sharing needs auth (checked by the CLI before this is called)."""
+    """Build and serve the app, with the probes, /metrics and the jobs API on the same port (webui/server.py).
+    Sharing needs auth (checked by the CLI before this is called)."""
     studio = studio or Studio()
     app = studio.build()
     app.queue(max_size=settings.queue_size, default_concurrency_limit=1)
+    jobs = JobQueue(studio, Path(tempfile.mkdtemp(prefix="facestudio-jobs-")), settings.queue_size)
+    readiness = Readiness(studio.registry, settings.ready_preset, int(settings.min_free_gb * 1e9))
+    routes = server.routes(jobs, readiness, auth=settings.auth, max_upload=parse_size(settings.max_file_size))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[None]:
+        # The jobs worker lives as long as the server: started with it, stopped (running job cancelled) with it.
+        jobs.start()
+        try:
+            yield
+        finally:
+            jobs.stop()
+
     app.launch(
         server_name=settings.host,
         server_port=settings.port,
@@ -753,5 +780,9 @@ def launch(settings: UISettings, studio: Studio | None = None, *, block: bool = 
         show_error=True,
         quiet=True,
         prevent_thread_lock=not block,
+        # Gradio builds its FastAPI app with these: our routes go first, so Gradio's routes cannot shadow them,
+        # and everything `launch` gives (share links, its login) still works, which mounting Gradio on an app of
+        # our own (gr.mount_gradio_app) would lose for --share.
+        app_kwargs={"routes": routes, "lifespan": lifespan},
     )
     return app

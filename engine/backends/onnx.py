@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from engine import metrics
 from engine.backends import Device, gpu_visible
 from engine.errors import BackendUnavailable, OutOfMemory
 
@@ -163,6 +164,7 @@ class OnnxSession:
                     f"back to {self.provider}; install the CUDA 13 and cuDNN 9 libraries or use --device cpu"
                 )
             log.warning("ONNX Runtime fell back from %s to %s", usable[0], self.provider)
+            metrics.record_fallback(usable[0], self.provider)
         graphed = cuda_graph and self.provider == CUDA and static_shapes(self._session)
         if graphed:
             # Capture needs the provider option at creation, and fixed shapes can only be read from a session.

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engine import video
+from engine import metrics, video
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
 from engine.faces.select import order_faces, select, source_identity
@@ -163,7 +163,9 @@ class FaceStage:
             yield self._emit(*held.popleft())
 
     def _emit(self, frame: Frame, tracks: dict[int, tuple[Face, bool]]) -> tuple[Frame, tuple[Face, ...]]:
-        return frame, self._choose(frame, {tid: face for tid, (face, filled) in tracks.items() if not filled})
+        chosen = self._choose(frame, {tid: face for tid, (face, filled) in tracks.items() if not filled})
+        metrics.record_faces(len(chosen))
+        return frame, chosen
 
     def _choose(self, frame: Frame, tracks: dict[int, Face]) -> tuple[Face, ...]:
         if not tracks:

@@ -22,12 +22,14 @@ import json
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from engine import metrics
 from engine.backends import BackendName, Device, Session, gpu_visible
 from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable
 from engine.memory import auto_batch, available_memory, importable, on_gpu
@@ -207,9 +209,11 @@ class Runtime:
         name = self.backend_for(backend)
         key = (model_id, name)
         if key not in self._sessions:
+            started = time.perf_counter()
             spec = self.manifest.get(model_id)
             (file,) = self.ensure([model_id], name)
             session = self._open_onnx(spec, file) if name == "onnx" else self._open_torch(spec, file)
+            metrics.record_model_load(model_id, name, time.perf_counter() - started)
             log.info("loaded %s from %s on %s", model_id, file.filename, session.provider)
             self._sessions[key] = LoadedModel(spec, file, session)
         return self._sessions[key]

@@ -1,0 +1,246 @@
+"""The jobs API's queue: jobs submitted over HTTP, run one at a time by a worker thread through `Studio.execute`.
+
+`Studio.execute` is the UI's own entry point (Job.parse against the registry → the chain → `pipeline.run`), and it
+holds the Studio's model lock, so API jobs and UI runs share one GPU one job at a time. Job ids are random
+(`secrets.token_urlsafe`); a job's inputs and outputs live in its own folder under a private work directory and
+are handed out only by id. Finished jobs are kept (status and files) until `keep_finished` newer ones have
+finished; then the oldest is forgotten and its folder deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import secrets
+import shutil
+import threading
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Literal
+
+from engine.errors import Cancelled, FacestudioError, InvalidInput
+from engine.job import Preset, load_preset_raw
+from engine.metrics import PROCESS_METRICS
+
+if TYPE_CHECKING:
+    from webui.app import Studio
+
+log = logging.getLogger(__name__)
+
+Status = Literal["queued", "running", "done", "failed", "cancelled"]
+FINISHED: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+
+
+class QueueFull(FacestudioError):
+    """The jobs queue holds as many waiting jobs as it may (HTTP 503; try again later)."""
+
+
+class UploadTooLarge(InvalidInput):
+    """An uploaded file is over the server's size limit (HTTP 413)."""
+
+
+@dataclass
+class JobRecord:
+    """One submitted job. `done`/`total`: frames of the current stage (an image is one frame)."""
+
+    id: str
+    folder: Path
+    raw: dict[str, Any]
+    target: Path
+    sources: list[Path]
+    status: Status = "queued"
+    done: int = 0
+    total: int | None = None
+    error: str | None = None
+    output: Path | None = None
+    sidecar: Path | None = None
+    cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "progress": {"done": self.done, "total": self.total},
+            "error": self.error,
+        }
+
+
+class _JobProgress:
+    """`engine.progress.Progress` into the job's record; raises Cancelled between batches once cancel is asked."""
+
+    def __init__(self, record: JobRecord) -> None:
+        self.record = record
+
+    def stage(self, name: str, total: int | None = None, unit: str = "frame") -> None:
+        if unit == "frame":
+            self.record.done, self.record.total = 0, total
+
+    def advance(self, n: int = 1) -> None:
+        if self.record.cancel.is_set():
+            raise Cancelled("cancelled through the jobs API; nothing was written")
+        self.record.done += n
+
+    def close(self) -> None:
+        pass
+
+
+def parse_preset_text(text: str | None) -> dict[str, Any]:
+    """A preset given as TOML or JSON text; empty text is the default preset."""
+    if not text or not text.strip():
+        return load_preset_raw("default")
+    try:
+        value = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidInput(f"the settings are neither TOML nor JSON: {exc}".splitlines()[0]) from None
+    if not isinstance(value, dict):
+        raise InvalidInput("the settings must be a TOML table or a JSON object")
+    return value
+
+
+def copy_upload(source: IO[bytes], path: Path, limit: int) -> Path:
+    """Copy an uploaded file to `path`, refusing (and removing) it past `limit` bytes."""
+    written = 0
+    with path.open("wb") as out:
+        while chunk := source.read(1 << 20):
+            written += len(chunk)
+            if written > limit:
+                out.close()
+                path.unlink(missing_ok=True)
+                raise UploadTooLarge(f"the {path.stem} is over the server's upload limit of {limit} bytes a file")
+            out.write(chunk)
+    return path
+
+
+def upload_suffix(filename: str | None) -> str:
+    """The file ending of an uploaded name, kept only when it is plain (letters and digits): probing and the
+    output's kind go by it; the rest of the client's name is never used on disk."""
+    suffix = Path(filename or "").suffix.lower()
+    return suffix if suffix[1:].isalnum() and len(suffix) <= 8 else ""
+
+
+class JobQueue:
+    """Jobs waiting (at most `max_queued`) and the worker thread that runs them in order."""
+
+    def __init__(self, studio: Studio, folder: Path, max_queued: int, keep_finished: int = 64) -> None:
+        self.studio = studio
+        self.folder = folder
+        self.keep_finished = keep_finished
+        self._queue: queue.Queue[JobRecord | None] = queue.Queue(maxsize=max_queued)
+        self._jobs: dict[str, JobRecord] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._work, name="facestudio-jobs", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Cancel the running job, stop the worker and wait for it (queued jobs stay queued, unrun)."""
+        if self._thread is None:
+            return
+        with self._lock:
+            for record in self._jobs.values():
+                record.cancel.set()
+        self._put_stop()
+        self._thread.join(timeout=30)
+        self._thread = None
+
+    def _put_stop(self) -> None:
+        # The stop marker must get in even when the queue is full: drop waiting jobs until it does.
+        while True:
+            try:
+                self._queue.put_nowait(None)
+                return
+            except queue.Full:
+                self._queue.get_nowait()
+
+    # -- the API ----------------------------------------------------------------------------------------------
+    def submit(self, raw: dict[str, Any], save_inputs: Callable[[Path], tuple[Path, list[Path]]]) -> JobRecord:
+        """Validate the preset, store the inputs (`save_inputs(folder)` → target, sources) and queue the job.
+
+        Raises InvalidJob for a bad preset, QueueFull when `max_queued` jobs wait already."""
+        if Preset.parse(raw, self.studio.registry).faces.reference_image is not None:
+            # A path in the preset would name a file on the server, which a client has no business reading.
+            raise InvalidInput("the jobs API takes no faces.reference_image (a server path); use faces.reference_frame")
+        if self._queue.full():
+            raise QueueFull(f"{self._queue.maxsize} jobs are waiting already; try again later")
+        job_id = secrets.token_urlsafe(16)
+        folder = self.folder / job_id
+        folder.mkdir(parents=True)
+        try:
+            target, sources = save_inputs(folder)
+            record = JobRecord(job_id, folder, raw, target, sources)
+            with self._lock:
+                self._jobs[job_id] = record
+            self._queue.put_nowait(record)
+        except BaseException:
+            with self._lock:
+                self._jobs.pop(job_id, None)
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        PROCESS_METRICS.queue_depth.set(self._queue.qsize())
+        return record
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def cancel(self, job_id: str) -> JobRecord | None:
+        """Cancel a queued job at once, a running one at its next batch; a finished job is left as it is."""
+        with self._lock:
+            record = self._jobs.get(job_id)
+            if record is not None and record.status not in FINISHED:
+                record.cancel.set()
+                if record.status == "queued":
+                    record.status, record.error = "cancelled", "cancelled before it started"
+        return record
+
+    # -- the worker -------------------------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            record = self._queue.get()
+            PROCESS_METRICS.queue_depth.set(self._queue.qsize())
+            if record is None:
+                return
+            with self._lock:
+                # Under the lock: a cancel either saw "queued" (and marked the job cancelled) or sees "running".
+                if record.cancel.is_set():
+                    record.status, record.error = "cancelled", record.error or "cancelled before it started"
+                else:
+                    record.status = "running"
+            if record.status == "running":
+                self._run(record)
+            else:
+                PROCESS_METRICS.jobs.labels("cancelled").inc()
+            self._finished(record)
+
+    def _run(self, record: JobRecord) -> None:
+        try:
+            report = self.studio.execute(
+                record.raw, str(record.target), [str(s) for s in record.sources], record.folder, _JobProgress(record)
+            )
+        except Cancelled as exc:
+            record.status, record.error = "cancelled", str(exc)
+        except FacestudioError as exc:
+            record.status, record.error = "failed", str(exc)
+        except Exception as exc:  # a bug: the job fails with one line, the log keeps the traceback
+            log.exception("internal error in job %s", record.id)
+            record.status, record.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
+        else:
+            record.output, record.sidecar = report.output, report.sidecar
+            record.done = record.total = report.frames
+            record.status = "done"
+
+    def _finished(self, record: JobRecord) -> None:
+        with self._lock:
+            finished = [r for r in self._jobs.values() if r.status in FINISHED]
+            forget = finished[: max(len(finished) - self.keep_finished, 0)]
+            for old in forget:
+                del self._jobs[old.id]
+        for old in forget:
+            shutil.rmtree(old.folder, ignore_errors=True)

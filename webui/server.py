@@ -1,0 +1,126 @@
+"""HTTP routes served beside the Gradio UI on the same port: probes, metrics and the jobs API.
+
+    GET  /healthz                 200 while the process answers (liveness)
+    GET  /readyz                  200 {"ready": true, "reasons": []} or 503 with the reasons (readiness)
+    GET  /metrics                 Prometheus text format (engine.metrics)
+    POST /api/jobs                multipart: target, sources (repeatable), preset (TOML or JSON text), consent=true
+                                  → 202 {"id": …}
+    GET  /api/jobs/{id}           {"id", "status", "progress": {"done", "total"}, "error"}
+    POST /api/jobs/{id}/cancel    the job's status after the request
+    GET  /api/jobs/{id}/result    the output file; ?sidecar=1: the job sidecar (JSON)
+
+Errors are {"detail": "<one line>"}. With `--auth USER:PASS` the /api routes take the same login as HTTP basic
+auth; the probes and /metrics stay open (probes and scrapers do not log in; metrics carry no paths or ids).
+The routes are handed to Gradio's own FastAPI app (`launch(app_kwargs={"routes": …})`), ahead of Gradio's routes,
+so `--share` and Gradio's login keep working as they are.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, File, Form, HTTPException, Request, UploadFile
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from engine.errors import InvalidInput
+from engine.health import Readiness
+from engine.metrics import PROCESS_METRICS
+from webui.jobs import JobQueue, JobRecord, QueueFull, UploadTooLarge, copy_upload, parse_preset_text, upload_suffix
+
+PROBE_PATHS = ("/healthz", "/readyz", "/metrics")
+_basic = HTTPBasic(auto_error=False)
+
+
+def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None, max_upload: int) -> list[APIRoute]:
+    """The probe, metrics and jobs routes. `max_upload`: the largest file accepted, in bytes."""
+
+    def login(credentials: Annotated[HTTPBasicCredentials | None, Depends(_basic)]) -> None:
+        if auth is None:
+            return
+        ok = credentials is not None and all(
+            secrets.compare_digest(given.encode(), wanted.encode())
+            for given, wanted in zip((credentials.username, credentials.password), auth, strict=True)
+        )
+        if not ok:
+            raise HTTPException(401, "log in with the server's --auth user and password", {"WWW-Authenticate": "Basic"})
+
+    probes = APIRouter()
+
+    @probes.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @probes.get("/readyz")
+    def readyz() -> JSONResponse:
+        reasons = readiness.reasons()
+        return JSONResponse({"ready": not reasons, "reasons": reasons}, status_code=503 if reasons else 200)
+
+    @probes.get("/metrics")
+    def metrics() -> Response:
+        return Response(PROCESS_METRICS.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    api = APIRouter(prefix="/api", dependencies=[Depends(login)])
+
+    def found(job_id: str) -> JobRecord:
+        record = jobs.get(job_id)
+        if record is None:
+            raise HTTPException(404, f"no job {job_id!r} (finished jobs are kept for a while, then forgotten)")
+        return record
+
+    @api.post("/jobs", status_code=202)
+    def submit(
+        request: Request,
+        target: Annotated[UploadFile, File(description="target image or video")],
+        sources: Annotated[list[UploadFile] | None, File(description="source face images")] = None,
+        preset: Annotated[str, Form(description="preset as TOML or JSON text; empty: the default")] = "",
+        consent: Annotated[bool, Form(description="acknowledges the responsible-use notice; must be true")] = False,
+    ) -> dict[str, str]:
+        if not consent:
+            raise HTTPException(403, "consent must be true: acknowledge the responsible-use notice")
+        # Refused from its declared length when it cannot fit (64 kB spare for the form fields and multipart
+        # framing); each file is also checked as it is stored.
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > max_upload * (1 + len(sources or [])) + (1 << 16):
+            raise HTTPException(413, f"the upload is over the server's upload limit of {max_upload} bytes a file")
+
+        def save(folder: Path) -> tuple[Path, list[Path]]:
+            saved_target = copy_upload(target.file, folder / f"target{upload_suffix(target.filename)}", max_upload)
+            saved_sources = [
+                copy_upload(s.file, folder / f"source-{i}{upload_suffix(s.filename)}", max_upload)
+                for i, s in enumerate(sources or [])
+            ]
+            return saved_target, saved_sources
+
+        try:
+            record = jobs.submit(parse_preset_text(preset), save)
+        except UploadTooLarge as exc:
+            raise HTTPException(413, str(exc)) from None
+        except QueueFull as exc:
+            raise HTTPException(503, str(exc), {"Retry-After": "30"}) from None
+        except InvalidInput as exc:
+            raise HTTPException(400, str(exc)) from None
+        return {"id": record.id}
+
+    @api.get("/jobs/{job_id}")
+    def status(job_id: str) -> dict[str, object]:
+        return found(job_id).as_json()
+
+    @api.post("/jobs/{job_id}/cancel")
+    def cancel(job_id: str) -> dict[str, object]:
+        return (jobs.cancel(job_id) or found(job_id)).as_json()
+
+    @api.get("/jobs/{job_id}/result")
+    def result(job_id: str, sidecar: bool = False) -> FileResponse:
+        record = found(job_id)
+        path = record.sidecar if sidecar else record.output
+        if record.status != "done" or path is None:
+            raise HTTPException(409, f"job {job_id} is {record.status}; its result is served once it is done")
+        media = "application/json" if sidecar else None
+        return FileResponse(path, media_type=media, filename=path.name)
+
+    return [r for router in (probes, api) for r in router.routes if isinstance(r, APIRoute)]
