@@ -350,11 +350,11 @@ def render_segment(
     segments are joined); returns the frames written, checked to be in the file.
 
     frames: the segment's input frames (H×W×3 uint8 RGB, the target's size) with their contexts, numbered by output
-    frame of the span: `segment.frames` of them, or for the last segment of an open-ended plan, what the decoder
-    gives. One process renders the segments in order from one stream, so face tracking runs on across them; a
-    worker given segment i alone reads `video.FrameReader(target, info, span, skip=segment.start)` and annotates it
-    from `segment.start`. Processing overlaps encoding through a bounded queue; on any error the encoder is stopped
-    and nothing is left at `path`.
+    frame of the span: `segment.frames` of them (the last segment of a plan takes every frame the decoder still
+    gives, since an open-ended plan's count is an estimate). One process renders the segments in order from one
+    stream, so face tracking runs on across them; a worker given segment i alone reads
+    `video.FrameReader(target, info, span, skip=segment.start)` and annotates it from `segment.start`. Processing
+    overlaps encoding through a bounded queue; on any error the encoder is stopped and nothing is left at `path`.
     """
     progress = progress or NullProgress()
     job = render.job
