@@ -131,7 +131,12 @@ class JobFolder:
         is refused with InvalidInput (two processes rendering the same output).
         """
         path = root / key
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidInput(
+                f"cannot create the job folder {path}: {exc.strerror}; set FACESTUDIO_JOBS to a writable folder"
+            ) from None
         owner = read_owner(path)
         if owner is not None and owner.pid != os.getpid() and owner.alive():
             raise InvalidInput(

@@ -62,7 +62,9 @@ class RunReport:
 
     @property
     def fps(self) -> float:
-        return self.frames / self.seconds if self.seconds > 0 else 0.0
+        """Frames this run processed per second of its wall time (a resumed run's reused frames cost nothing)."""
+        processed = self.segments["frames_processed"] if self.segments else self.frames
+        return processed / self.seconds if self.seconds > 0 else 0.0
 
     def providers(self) -> str:
         """Each distinct backend and provider of the chain, e.g. `onnx (CPUExecutionProvider)`."""

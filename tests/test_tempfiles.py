@@ -119,6 +119,7 @@ def test_cancel_keeps_finished_segments_for_resume_and_resume_refuses_other_sett
     assert stopper.seen == list(range(15, 45))  # frames 0–14 were not processed again
     assert report.frames == video.probe(out).frame_count == 45
     assert report.segments == {"count": 3, "segment_frames": 15, "reused": [0], "frames_processed": 30}
+    assert report.fps == 30 / report.seconds  # the speed of the work done, not of the reused frames
     assert not folder.exists()
 
 
@@ -283,3 +284,16 @@ def test_sigterm_exits_4_without_orphans_or_output(tmp_path: Path, finished: boo
     else:
         assert err == "error: cancelled by the user; nothing was written\n"
         assert list(root.iterdir()) == []
+
+
+def test_an_unwritable_jobs_folder_is_a_one_line_error(
+    clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("FACESTUDIO_JOBS", str(blocker / "jobs"))
+    with pytest.raises(
+        InvalidInput, match=r"^cannot create the job folder .*; set FACESTUDIO_JOBS to a writable folder$"
+    ):
+        run(clip, tmp_path / "o.mp4", Stopper())
+    assert leftovers(tmp_path) == ["file"]
