@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", help="auto, cpu, cuda or cuda:N")
     run.add_argument("--offline", action="store_true", help="never download models")
     run.add_argument("--job", type=Path, help="replay a job sidecar (<output>.job.json)")
+    run.add_argument(
+        "--resume", action="store_true", help="continue an interrupted video job: reuse the segments it finished"
+    )
     run.add_argument("--demo", action="store_true", help="make a demo clip from a bundled photo and process it")
     run.add_argument("--yes", action="store_true", help="acknowledge the responsible-use notice for this run")
     run.add_argument("--overwrite", action="store_true", help="replace the output file if it already exists")
@@ -240,7 +243,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     progress = for_terminal()
     chain = build_chain(job, runtime)
-    report = pipeline.run(job, chain, runtime, progress, overwrite=args.overwrite)
+    report = pipeline.run(job, chain, runtime, progress, overwrite=args.overwrite, resume=args.resume)
     w0, h0 = report.input_size
     w1, h1 = report.output_size
     audio = "audio kept" if report.audio else "no audio"
@@ -252,6 +255,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{report.seconds:.1f} s ({report.fps:.2f} fps), {', '.join(job.processors)} on {report.providers()}"
         f"{faces}, {audio} → {report.output} (+ {report.sidecar.name})"
     )
+    if report.segments and report.segments["reused"]:
+        reused = report.frames - report.segments["frames_processed"]
+        print(f"resumed: {reused} of {report.frames} frames came from the interrupted run, none were recomputed")
     if report.frames_without_face == report.frames:
         print("warning: no face to process was found on any frame; the output equals the input", file=sys.stderr)
     qa = report.identity

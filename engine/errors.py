@@ -81,3 +81,7 @@ class MediaError(FacestudioError):
     """ffmpeg failed while decoding or encoding for a reason not caused by the input (exit 1)."""
 
     exit_code = 1
+
+
+class InsufficientDiskSpace(InvalidInput):
+    """The disks that would hold a job's segments and output have too little free space for it (exit 2)."""

@@ -16,7 +16,8 @@ Conventions shared by all commands:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
 
 from engine.errors import InvalidInput
@@ -261,17 +262,8 @@ def encode_args(
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
         "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", fps_rational, "-i", "pipe:0",
     ]  # fmt: skip
-    cut = audio_start > 0 or audio_end is not None
-    if audio_from is not None:
-        if audio_start > 0:
-            args += ["-ss", seconds_arg(audio_start)]
-        if audio_end is not None:
-            args += ["-t", seconds_arg(audio_end - audio_start)]
-        args += ["-i", str(audio_from)]
-    args += ["-map", "0:v:0"]
-    if audio_from is not None:
-        codec = ["-c:a", "aac", "-b:a", AAC_BITRATE] if cut else audio_codec_args(muxer, audio_codec)
-        args += ["-map", "1:a:0?", *codec]
+    args += _audio_input_args(audio_from, audio_start, audio_end)
+    args += ["-map", "0:v:0", *_audio_map_args(muxer, audio_from, audio_codec, audio_start, audio_end)]
     args += [
         "-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
         *video_codec_args(muxer, encoder, crf, preset), "-pix_fmt", "yuv420p",
@@ -280,3 +272,79 @@ def encode_args(
         "-f", muxer, str(output),
     ]  # fmt: skip
     return args
+
+
+def _audio_input_args(audio_from: Path | None, audio_start: float, audio_end: float | None) -> list[str]:
+    """The second input (`1`): the part [audio_start, audio_end) of `audio_from`, seeked on input."""
+    if audio_from is None:
+        return []
+    args: list[str] = []
+    if audio_start > 0:
+        args += ["-ss", seconds_arg(audio_start)]
+    if audio_end is not None:
+        args += ["-t", seconds_arg(audio_end - audio_start)]
+    return [*args, "-i", str(audio_from)]
+
+
+def _audio_map_args(
+    muxer: str, audio_from: Path | None, audio_codec: str | None, audio_start: float, audio_end: float | None
+) -> list[str]:
+    """Map input 1's first audio stream if it has one; a cut is re-encoded (a copy cuts only at packets)."""
+    if audio_from is None:
+        return []
+    cut = audio_start > 0 or audio_end is not None
+    codec = ["-c:a", "aac", "-b:a", AAC_BITRATE] if cut else audio_codec_args(muxer, audio_codec)
+    return ["-map", "1:a:0?", *codec]
+
+
+def concat_list(segments: Sequence[tuple[Path, int]], rate: Fraction) -> str:
+    """The concat demuxer's script for `segments` (path, frame count), played back to back at `rate` frames/s.
+
+    Each file gets an explicit `duration`: without it the demuxer takes the MP4's own duration, which an edit
+    list (B-frames) lengthens by a few ticks, leaving a gap at every joint. Durations are the differences of the
+    joints' times rounded to the microsecond (the demuxer's resolution), so rounding never accumulates.
+    Paths are absolute (the script is read with `-safe 0`) and quoted for the demuxer.
+    """
+    lines = ["ffconcat version 1.0"]
+    done = 0
+    for path, frames in segments:
+        if frames < 1:
+            raise ValueError(f"a segment holds at least one frame, {path} has {frames}")
+        start, done = round(done / rate * 1_000_000), done + frames
+        micros = round(done / rate * 1_000_000) - start
+        quoted = str(path).replace("'", "'\\''")
+        lines += [f"file '{quoted}'", f"duration {micros // 1_000_000}.{micros % 1_000_000:06d}"]
+    return "\n".join(lines) + "\n"
+
+
+def concat_args(
+    ffmpeg: str,
+    script: Path,
+    output: Path,
+    audio_from: Path | None,
+    audio_codec: str | None,
+    metadata: Mapping[str, str],
+    encoder: str = "libx264",
+    audio_start: float = 0.0,
+    audio_end: float | None = None,
+) -> list[str]:
+    """ffmpeg joining the segments a `concat_list` script names into `output`, video copied (not re-encoded),
+    with the audio of `audio_from` muxed in once.
+
+    audio_from, audio_codec, audio_start, audio_end: as for `encode_args` (the audio of the whole span).
+    metadata: container tags (`metadata_args`). encoder: the one the segments were made with; HEVC in MP4/MOV is
+        tagged `hvc1` again, since a stream copy does not carry the tag over.
+    """
+    if audio_end is not None and audio_end <= audio_start:
+        raise ValueError(f"audio_end must be after audio_start ({audio_start} s), got {audio_end} s")
+    muxer = muxer_for(output)
+    args = [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
+        "-f", "concat", "-safe", "0", "-i", str(script),
+        *_audio_input_args(audio_from, audio_start, audio_end),
+        "-map", "0:v:0", *_audio_map_args(muxer, audio_from, audio_codec, audio_start, audio_end),
+        "-c:v", "copy",
+    ]  # fmt: skip
+    if encoder == "libx265" and muxer in ("mp4", "mov"):
+        args += ["-tag:v", "hvc1"]
+    return [*args, *metadata_args(muxer, metadata), "-f", muxer, str(output)]

@@ -43,6 +43,8 @@ class VideoSettings(_Settings):
     fps: output frames per second (None = the target's rate, every frame kept).
     trim_start, trim_end: seconds from the target's first frame; the end is exclusive (None = to the end). The
         audio is cut to the same span.
+    segment_frames: output frames per segment: each is encoded to its own file and verified, so an interrupted job
+        resumes from its last finished segment (`run --resume`); the output joins them without re-encoding.
     """
 
     encoder: Literal[VIDEO_ENCODERS] = Field(  # type: ignore[valid-type]
@@ -69,6 +71,12 @@ class VideoSettings(_Settings):
         gt=0.0,
         allow_inf_nan=False,
         description="seconds into the target where the output stops, exclusive (empty = the end)",
+    )
+
+    segment_frames: int = Field(
+        default=600,
+        ge=1,
+        description="frames per segment: an interrupted job resumes from its last finished segment (--resume)",
     )
 
     @field_validator("trim_end")

@@ -6,26 +6,28 @@ and a full run can never differ.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engine import metrics, video
-from engine.errors import Cancelled, InvalidInput, InvalidJob, OutOfMemory
+from engine import jobdir, metrics, segments, video
+from engine.errors import Cancelled, InsufficientDiskSpace, InvalidInput, InvalidJob, MediaError, OutOfMemory
 from engine.faces.qa import IdentityQA
 from engine.faces.stage import FaceStage
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor
 from engine.progress import NullProgress, Progress
+from engine.segments import Segment
 from engine.types import Face, Frame
 from engine.validate import validate
 
@@ -52,10 +54,15 @@ class RunReport:
     faces_processed: int = 0
     frames_without_face: int | None = None
     identity: dict[str, Any] | None = None
+    # A video's segments: count, segment_frames, reused (indexes finished by an interrupted run) and
+    # frames_processed (by this run; the rest were reused).
+    segments: dict[str, Any] | None = None
 
     @property
     def fps(self) -> float:
-        return self.frames / self.seconds if self.seconds > 0 else 0.0
+        """Frames this run processed per second of its wall time (a resumed run's reused frames cost nothing)."""
+        processed = self.segments["frames_processed"] if self.segments else self.frames
+        return processed / self.seconds if self.seconds > 0 else 0.0
 
     def providers(self) -> str:
         """Each distinct backend and provider of the chain, e.g. `onnx (CPUExecutionProvider)`."""
@@ -158,13 +165,16 @@ def run(
     progress: Progress | None = None,
     *,
     overwrite: bool = False,
+    resume: bool = False,
 ) -> RunReport:
     """Process `job.target` through `chain` into `job.output` and write `<output>.job.json`.
 
     A video target is read over `job.video`'s span (trim_start–trim_end) at its fps, and its audio is cut to the
     same span; an image target ignores those settings. An existing file at `job.output` is refused unless
-    `overwrite`. Raises typed errors only (InvalidInput, TruncatedInput, Cancelled …); on any error no output or
-    partial file is left behind.
+    `overwrite`. A video is rendered in segments (`engine.segments`) in its job folder (`engine.jobdir`); with
+    `resume`, the segments an interrupted run of the same job finished are reused (an image is one step: it is
+    simply run again). Raises typed errors only (InvalidInput, TruncatedInput, InsufficientDiskSpace, Cancelled …);
+    on any error no output or partial file is left behind.
     """
     progress = progress or NullProgress()
     started = time.perf_counter()
@@ -174,12 +184,13 @@ def run(
     faces = _face_stage(job, chain, runtime, info, span)
     job.output.parent.mkdir(parents=True, exist_ok=True)
     batch = batch_size(chain, runtime, info.width, info.height)
+    segmented = None
     try:
         if info.kind == "image":
             _run_image(job, chain, size, faces)
             frames, audio = 1, False
         else:
-            frames, audio = _run_video(job, chain, info, span, size, batch, progress, faces)
+            frames, audio, segmented = _run_video(job, chain, runtime, info, span, size, batch, progress, faces, resume)
     except KeyboardInterrupt:
         raise Cancelled("cancelled by the user; nothing was written") from None
     finally:
@@ -199,6 +210,7 @@ def run(
         faces_processed=faces.faces if faces else 0,
         frames_without_face=faces.empty_frames if faces else None,
         identity=faces.qa.summary() if faces and faces.qa else None,
+        segments=segmented,
     )
     _write_sidecar(job, report, info, span)
     return report
@@ -213,11 +225,16 @@ class _Faces:
     faces: int = 0
     empty_frames: int = 0
 
-    def annotate(self, frames: Iterable[Frame]) -> Iterator[tuple[Frame, FrameContext]]:
-        for index, (frame, found) in enumerate(self.stage.annotate(frames)):
-            self.faces += len(found)
-            self.empty_frames += not found
+    def annotate(self, frames: Iterable[Frame], start: int = 0) -> Iterator[tuple[Frame, FrameContext]]:
+        """Each frame with its faces; frames are numbered from `start` (the output frame of the first one)."""
+        for index, (frame, found) in enumerate(self.stage.annotate(frames), start):
             yield frame, FrameContext(index=index, faces=found, source=self.stage.source)
+
+    def count(self, ctxs: Iterable[FrameContext]) -> None:
+        """Count the faces of frames being processed (not when found: analysis runs ahead of processing)."""
+        for ctx in ctxs:
+            self.faces += len(ctx.faces)
+            self.empty_frames += not ctx.faces
 
 
 def _face_stage(
@@ -269,10 +286,10 @@ def _process(
     return process_batch(chain[split:], swapped, ctxs, limit)
 
 
-def _annotated(faces: _Faces | None, frames: Iterable[Frame]) -> Iterator[tuple[Frame, FrameContext]]:
+def _annotated(faces: _Faces | None, frames: Iterable[Frame], start: int = 0) -> Iterator[tuple[Frame, FrameContext]]:
     if faces is None:
-        return ((frame, FrameContext(index=i)) for i, frame in enumerate(frames))
-    return faces.annotate(frames)
+        return ((frame, FrameContext(index=i)) for i, frame in enumerate(frames, start))
+    return faces.annotate(frames, start)
 
 
 def _run_image(job: Job, chain: Sequence[FrameProcessor], size: tuple[int, int], faces: _Faces | None) -> None:
@@ -280,79 +297,224 @@ def _run_image(job: Job, chain: Sequence[FrameProcessor], size: tuple[int, int],
     ((frame, ctx),) = _annotated(faces, [image])
     if faces is not None and not ctx.faces:
         raise InvalidInput(f"no face to process was found in {job.target} (faces.selector={job.faces.selector})")
+    if faces is not None:
+        faces.count([ctx])
     (result,) = _process(chain, faces.qa.check if faces and faces.qa else None, [frame], [ctx])
     if (result.shape[1], result.shape[0]) != size:
         raise RuntimeError(f"the chain returned {result.shape[1]}×{result.shape[0]}, expected {size[0]}×{size[1]}")
     video.write_image(job.output, result, alpha=alpha, metadata=synthetic_metadata(job))
 
 
+@dataclass
+class VideoRender:
+    """Everything a video job's segments are rendered with: the job, its chain and runtime, the probed target and
+    its span, the output frame size (pixels, before the writer pads odd sizes), the face stage (None when no
+    processor needs faces), the frames per processor call and the batch limit, shared so that an out-of-memory
+    halving lasts the whole run. `check` is identity QA (None: off); a run replaces the synchronous check with one
+    that hands frames to its QA thread."""
+
+    job: Job
+    chain: Sequence[FrameProcessor]
+    runtime: Runtime
+    info: video.MediaInfo
+    span: video.Span
+    size: tuple[int, int]
+    faces: _Faces | None
+    batch: int
+    limit: BatchLimit
+    check: QualityCheck | None = None
+
+    def __post_init__(self) -> None:
+        if self.check is None and self.faces is not None and self.faces.qa is not None:
+            self.check = self.faces.qa.check
+
+
+def render_segment(
+    render: VideoRender,
+    segment: Segment,
+    frames: Iterable[tuple[Frame, FrameContext]],
+    path: Path,
+    progress: Progress | None = None,
+) -> int:
+    """Process one segment of a video job into the file `path` (.mp4, no audio, no tags: those come when the
+    segments are joined); returns the frames written, checked to be in the file.
+
+    frames: the segment's input frames (H×W×3 uint8 RGB, the target's size) with their contexts, numbered by output
+    frame of the span: `segment.frames` of them (the last segment of a plan takes every frame the decoder still
+    gives, since an open-ended plan's count is an estimate). One process renders the segments in order from one
+    stream, so face tracking runs on across them; a worker given segment i alone reads
+    `video.FrameReader(target, info, span, skip=segment.start)` and annotates it from `segment.start`. Processing
+    overlaps encoding through a bounded queue; on any error the encoder is stopped and nothing is left at `path`.
+    """
+    progress = progress or NullProgress()
+    job = render.job
+    batch = render.batch
+    encoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
+    stop = threading.Event()
+    with video.FrameWriter(
+        path,
+        render.size[0],
+        render.size[1],
+        render.span.fps_rational,
+        audio_from=None,
+        metadata={},
+        crf=job.video.crf,
+        preset=job.video.preset,
+        encoder=job.video.encoder,
+    ) as writer:
+        encode = _Worker("encode", lambda: _consume(encoded, writer.write, stop))
+        try:
+            for chunk in _chunks(frames, batch):
+                batch_frames = [frame for frame, _ in chunk]
+                ctxs = [ctx for _, ctx in chunk]
+                if render.faces is not None:
+                    render.faces.count(ctxs)
+                for out in _process(render.chain, render.check, batch_frames, ctxs, render.limit):
+                    _put(encoded, out, stop, encode)
+                progress.advance(len(chunk))
+            _put(encoded, _END, stop, encode)
+            encode.join()
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            stop.set()
+            encode.thread.join(timeout=5)
+    return writer.frames_written
+
+
 def _run_video(
     job: Job,
     chain: Sequence[FrameProcessor],
+    runtime: Runtime,
     info: video.MediaInfo,
     span: video.Span,
     size: tuple[int, int],
     batch: int,
     progress: Progress,
     faces: _Faces | None,
-) -> tuple[int, bool]:
-    """Decode `span` of the target, run the chain, encode; returns the frames written and whether the output has
-    audio (a span can hold none of a short audio track)."""
+    resume: bool,
+) -> tuple[int, bool, dict[str, Any]]:
+    """Render the segments of `span` still missing in the job folder, join them with the audio into `job.output`;
+    returns the frames written, whether the output has audio (a span can hold none of a short audio track), and
+    the segments summary of the report. The job folder is removed, or kept for `--resume` (see `engine.jobdir`)."""
     log.info("%d frames per processor call", batch)
-    limit = BatchLimit(batch)
-    decoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
-    encoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
-    stop = threading.Event()
-    audio_from = job.target if job.video.keep_audio else None
-    progress.stage("frames", span.frames)
-    with (
-        video.FrameReader(job.target, info, span) as reader,
-        video.FrameWriter(
+    render = VideoRender(job, chain, runtime, info, span, size, faces, batch, BatchLimit(batch))
+    # A resampled span that runs to the end of the video has an expected, not exact, frame count.
+    plan = segments.plan(span.frames, job.video.segment_frames, open_end=span.resample and span.end is None)
+    root = jobdir.jobs_root(runtime.folders.cache)
+    jobdir.sweep(root)
+    target, output = job.target.resolve(), job.output.resolve()
+    stat = target.stat()
+    key = segments.job_key(str(target), stat.st_size, stat.st_mtime_ns, str(output))
+    settings = segments.resumable_settings(_absolute(job))
+    # An edited source image changes every swapped frame: finished segments made from the old one do not fit.
+    settings["source_files"] = [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in job.sources]
+    describe = {"target": str(target), "output": str(output)}
+    folder = jobdir.JobFolder.open(root, key, settings, plan, describe, resume)
+    reused = sorted(folder.done)
+    try:
+        todo = segments.missing(plan, folder.done)
+        _check_disk_space(job, info, span, size, plan, todo, folder.path)
+        progress.stage("frames", span.frames)
+        progress.advance(sum(r["frames"] for r in folder.done.values()))
+        if todo:
+            _render_missing(render, folder, plan, todo, progress)
+        done = folder.done
+        parts = [(folder.segment_path(s), done[s.index]["frames"]) for s in plan.segments]
+        written = video.join_segments(
+            parts,
             job.output,
-            size[0],
-            size[1],
-            span.fps_rational,
-            audio_from=audio_from,
+            span.rate,
+            folder.path / "concat.txt",
+            audio_from=job.target if job.video.keep_audio else None,
             metadata=synthetic_metadata(job),
-            crf=job.video.crf,
-            preset=job.video.preset,
             encoder=job.video.encoder,
             # Output frame 0 is the span's start, so the audio starts there too.
             audio_start=float(span.start),
             audio_end=None if span.end is None else float(span.end),
-        ) as writer,
-    ):
+        )
+    except (KeyboardInterrupt, InsufficientDiskSpace) as exc:
+        if not folder.done:
+            folder.remove()
+            if isinstance(exc, KeyboardInterrupt):
+                raise Cancelled("cancelled by the user; nothing was written") from None
+            raise
+        folder.release()
+        done = folder.done
+        kept = (
+            f"{len(done)} of {len(plan.segments)} segments ({sum(r['frames'] for r in done.values())} of "
+            f"{span.frames} frames) are kept in {folder.path}"
+        )
+        if isinstance(exc, KeyboardInterrupt):
+            raise Cancelled(f"cancelled by the user; {kept}: run again with --resume to continue") from None
+        raise InsufficientDiskSpace(f"{exc}; {kept}: once there is room, run again with --resume") from None
+    except BaseException:
+        folder.remove()
+        raise
+    if faces is not None:
+        # Face counts cover the whole output, the finished segments of an interrupted run included.
+        faces.faces = sum(r.get("faces", 0) for r in folder.done.values())
+        faces.empty_frames = sum(r.get("empty", 0) for r in folder.done.values())
+    folder.remove()
+    summary = {
+        "count": len(plan.segments),
+        "segment_frames": plan.segment_frames,
+        "reused": reused,
+        "frames_processed": sum(r["frames"] for i, r in folder.done.items() if i not in reused),
+    }
+    return written.frame_count, written.has_audio, summary
+
+
+def _render_missing(
+    render: VideoRender, folder: jobdir.JobFolder, plan: segments.Plan, todo: Sequence[Segment], progress: Progress
+) -> None:
+    """Render `todo` in order from one decoder that starts at the first of them; frames of finished segments in
+    between (segments finished elsewhere) are decoded and dropped.
+
+    Faces of the next frames are found on their own thread while a batch is processed, and identity QA measures
+    finished frames on another: the analyser's native code runs while the processors' does (a lock keeps the
+    analyser's own calls one at a time)."""
+    batch = render.batch
+    decoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
+    stop = threading.Event()
+    first = todo[0].start
+    last = plan.segments[-1]
+    faces = render.faces
+    with video.FrameReader(render.job.target, render.info, render.span, skip=first) as reader:
         decode = _Worker("decode", lambda: _produce(iter(reader), decoded, stop))
-        encode = _Worker("encode", lambda: _consume(encoded, writer.write, stop))
-        workers = [decode, encode]
-        items: Iterator[tuple[Frame, FrameContext]] = _annotated(None, _drain(decoded, decode))
-        check: QualityCheck | None = None
-        if faces is not None:
-            # Faces of the next frames are found while this batch is processed, and identity QA measures finished
-            # frames beside both: the analyser's native code runs while the processors' does (one lock keeps
-            # the analyser's own calls one at a time).
-            annotated: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
-            analyse = _Worker("faces", lambda: _produce(faces.annotate(_drain(decoded, decode)), annotated, stop))
-            items = _drain(annotated, analyse)
-            workers.append(analyse)
-            if faces.qa is not None:
-                qa, measured = faces.qa, queue.Queue(maxsize=2 * batch)
-                qa_worker = _Worker("qa", lambda: _consume(measured, lambda item: qa.check(*item), stop))
-                workers.append(qa_worker)
-
-                def check(index: int, before: Frame, after: Frame, found: tuple[Face, ...]) -> None:
-                    _put(measured, (index, before, after, found), stop, qa_worker)
-
+        workers = [decode]
         try:
-            for chunk in _chunks(items, batch):
-                frames = [frame for frame, _ in chunk]
-                for out in _process(chain, check, frames, [ctx for _, ctx in chunk], limit):
-                    _put(encoded, out, stop, encode)
-                progress.advance(len(frames))
-            if check is not None:
-                _put(measured, _END, stop, qa_worker)
-                qa_worker.join()
-            _put(encoded, _END, stop, encode)
+            source = _drain(decoded, decode)
+            stream = _annotated(None, source, first)
+            if faces is not None:
+                annotated: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
+                analyse = _Worker("faces", lambda: _produce(faces.annotate(source, first), annotated, stop))
+                workers.append(analyse)
+                stream = _drain(annotated, analyse)
+            qa = _QualityThread(render, stop) if render.check is not None else None
+            if qa is not None:
+                workers.append(qa.worker)
+            position = first
+            for segment in todo:
+                for _ in itertools.islice(stream, segment.start - position):
+                    pass
+                # The last segment takes every frame that is left: an open-ended plan's count is an estimate.
+                frames = stream if segment is last else itertools.islice(stream, segment.frames)
+                before = _face_counts(render.faces)
+                written = render_segment(render, segment, frames, folder.work_path(segment), progress)
+                if segment is not last and written != segment.frames:
+                    raise MediaError(
+                        f"{render.job.target} gave {written} frames for output frames {segment.start}–"
+                        f"{segment.stop - 1}, expected {segment.frames}"
+                    )
+                after = _face_counts(render.faces)
+                folder.finish(segment, written, {k: after[k] - before[k] for k in after})
+                position = segment.start + written
+            if qa is not None:
+                qa.finish()
+            # The decoder may still hold frames of finished segments after the last one rendered here.
+            stop.set()
             for worker in workers:
                 worker.join()
         except BaseException:
@@ -362,8 +524,56 @@ def _run_video(
             stop.set()
             for worker in workers:
                 worker.thread.join(timeout=5)
-    assert writer.written is not None  # the `with` block closed the writer, which probed what it wrote
-    return writer.written.frame_count, writer.written.has_audio
+
+
+class _QualityThread:
+    """Identity QA of a run on its own thread: `render.check` is replaced by a hand-over to a bounded queue."""
+
+    def __init__(self, render: VideoRender, stop: threading.Event) -> None:
+        check = render.check
+        assert check is not None
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=2 * render.batch)
+        self.stop = stop
+        self.worker = _Worker("qa", lambda: _consume(self.queue, lambda item: check(*item), stop))
+        self.render = render
+        render.check = self.put
+
+    def put(self, index: int, before: Frame, after: Frame, found: tuple[Face, ...]) -> None:
+        _put(self.queue, (index, before, after, found), self.stop, self.worker)
+
+    def finish(self) -> None:
+        """Wait until every handed-over frame is measured (raising QA's error, if any)."""
+        _put(self.queue, _END, self.stop, self.worker)
+        self.worker.join()
+
+
+def _face_counts(faces: _Faces | None) -> dict[str, int]:
+    return {} if faces is None else {"faces": faces.faces, "empty": faces.empty_frames}
+
+
+def _check_disk_space(
+    job: Job,
+    info: video.MediaInfo,
+    span: video.Span,
+    size: tuple[int, int],
+    plan: segments.Plan,
+    todo: Sequence[Segment],
+    folder: Path,
+) -> None:
+    """Refuse a job whose missing segments (in the job folder) and output (next to it) will not fit."""
+    audio = job.video.keep_audio and info.has_audio
+    rate = float(span.rate)
+
+    def estimate(frames: int) -> int:
+        return segments.estimate_video_bytes(size[0], size[1], frames, rate, job.video.crf, audio)
+
+    needs: Mapping[Path, int] = {
+        folder: estimate(sum(s.frames for s in todo)),
+        job.output.resolve().parent: estimate(plan.frames),
+    }
+    jobdir.check_disk_space(
+        needs, "free some space, write the output to another disk, or set FACESTUDIO_JOBS to a folder on another disk"
+    )
 
 
 class _Worker:
@@ -476,6 +686,8 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo, span: vid
         "batch": report.batch,
         "seconds": round(report.seconds, 3),
     }
+    if report.segments is not None:
+        data["segments"] = report.segments
     if info.kind == "video":
         # What the output covers, in seconds of the target from its first frame, and its rate.
         data["span"] = {
@@ -488,14 +700,20 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo, span: vid
     os.replace(tmp, report.sidecar)
 
 
-def _replayable(job: Job, report: RunReport) -> dict[str, Any]:
-    """The job as `run --job` should replay it: absolute paths, and the backend that actually ran pinned."""
+def _absolute(job: Job) -> dict[str, Any]:
+    """The raw job with every path absolute."""
     raw = job.to_raw()
     raw["target"] = str(job.target.resolve())
     raw["output"] = str(job.output.resolve())
     raw["sources"] = [str(p.resolve()) for p in job.sources]
     if job.faces.reference_image is not None:
         raw["faces"]["reference_image"] = str(job.faces.reference_image.resolve())
+    return raw
+
+
+def _replayable(job: Job, report: RunReport) -> dict[str, Any]:
+    """The job as `run --job` should replay it: absolute paths, and the backend that actually ran pinned."""
+    raw = _absolute(job)
     # Only model backends are pinned (a processor that runs no model reports e.g. "opencv").
     backends = {d["backend"] for d in report.processors.values() if d.get("backend") in ("onnx", "torch")}
     if len(backends) == 1:

@@ -865,13 +865,24 @@ class FrameReader:
     `with` block, breaking out of the loop or an exception stops and reaps the ffmpeg child.
     """
 
-    def __init__(self, path: Path, info: MediaInfo | None = None, span: Span | None = None) -> None:
+    def __init__(self, path: Path, info: MediaInfo | None = None, span: Span | None = None, skip: int = 0) -> None:
         """path: the video or image; info: its `probe` result when the caller already has it (else probed here);
-        span: the part to read and its rate, from `select(info, …)` (None: the whole video; images ignore it)."""
+        span: the part to read and its rate, from `select(info, …)` (None: the whole video; images ignore it);
+        skip: leave out the span's first `skip` output frames (a resumed job's finished segments). A span that is
+        not resampled starts decoding at frame `skip` (ffmpeg still decodes the frames before it, but they cost no
+        conversion, pipe or processing); a resampled one is read from its start and the frames are dropped here,
+        since which frame fills a slot depends on the frames before it."""
         self.path = Path(path)
         self._ffmpeg = find_ffmpeg()
         self.info = info if info is not None else _probe(self.path, self._ffmpeg)
         self.span = span if span is not None else select(self.info)
+        if not 0 <= skip < self.span.frames:
+            raise ValueError(f"skip must be in 0–{self.span.frames - 1} (frames of the span), got {skip}")
+        self._drop = 0
+        if skip and self.span.resample:
+            self._drop = skip
+        elif skip:
+            self.span = _skip(self.info, self.span, skip)
         self._iterated = False
         self._closed = False
         self._process: subprocess.Popen[bytes] | None = None
@@ -930,7 +941,8 @@ class FrameReader:
                     partial = got > 0
                     break
                 decoded += 1
-                yield np.frombuffer(buffer, dtype=np.uint8).reshape(height, width, 3)
+                if decoded > self._drop:
+                    yield np.frombuffer(buffer, dtype=np.uint8).reshape(height, width, 3)
             returncode = process.wait()
             drain.join()
             error = drain.first_error(self.path)
@@ -944,6 +956,19 @@ class FrameReader:
                 logger.warning("%s decoded to %d frames, %d packets were counted", self.path, decoded, span.frames)
         finally:
             self.close()
+
+
+def _skip(info: MediaInfo, span: Span, skip: int) -> Span:
+    """The part of a span that is not resampled after its first `skip` frames: it starts at that frame's time."""
+    first = bisect.bisect_left(info.timestamps, span.start_pts) + skip
+    start_pts = info.timestamps[first]
+    return replace(
+        span,
+        start=start_pts * info.time_base,
+        start_pts=start_pts,
+        frames=span.frames - skip,
+        minimum=max(span.minimum - skip, 1),
+    )
 
 
 def _read_exactly(stream: IO[bytes], buffer: bytearray) -> int:
@@ -1130,6 +1155,57 @@ class FrameWriter:
         self._process.wait()
         self._drain.join()
         return self._drain.first_error(self._partial) or f"exit status {self._process.returncode}"
+
+
+def join_segments(
+    parts: Sequence[tuple[Path, int]],
+    output: Path,
+    rate: Fraction,
+    script: Path,
+    audio_from: Path | None,
+    metadata: Mapping[str, str],
+    encoder: str = "libx264",
+    audio_start: float = 0.0,
+    audio_end: float | None = None,
+) -> MediaInfo:
+    """Join video segments (path, frame count), played back to back at `rate` frames/s, into `output` without
+    re-encoding them, muxing in the audio of `audio_from` once; returns what the finished file holds.
+
+    script: where to write the concat demuxer's list (a job folder). audio_from, audio_start, audio_end, metadata:
+    as for `FrameWriter`; encoder: the one the segments were encoded with. Like `FrameWriter`, the file is made
+    under a temp name, checked to hold exactly the frames of the parts, and only then renamed to `output`; on any
+    error or interruption ffmpeg is stopped and the temp file deleted (MediaError for a failure).
+    """
+    output = Path(output)
+    ffmpeg = find_ffmpeg()
+    audio_codec = None
+    if audio_from is not None:
+        audio = next((s for s in _read_header(Path(audio_from), ffmpeg).streams if s.kind == "audio"), None)
+        audio_codec = audio.codec if audio is not None else None
+    script.write_text(cmd.concat_list(parts, rate), encoding="utf-8")
+    partial = _partial_path(output)
+    args = cmd.concat_args(ffmpeg, script, partial, audio_from, audio_codec, metadata, encoder, audio_start, audio_end)
+    process, drain = _start(args, subprocess.DEVNULL, subprocess.DEVNULL)
+    try:
+        returncode = process.wait()
+        drain.join()
+        if returncode != 0:
+            error = drain.first_error(partial) or f"exit status {returncode}"
+            raise MediaError(f"ffmpeg failed to join the segments into {output}: {error}")
+        try:
+            written = _probe(partial, ffmpeg)
+        except FacestudioError as exc:
+            raise MediaError(f"the joined {output} cannot be read back: {exc}") from exc
+        expected = sum(frames for _, frames in parts)
+        if written.frame_count != expected:
+            raise MediaError(f"{output} holds {written.frame_count} frames, its segments {expected}")
+        os.replace(partial, output)
+    except BaseException:
+        _stop(process, drain)
+        partial.unlink(missing_ok=True)
+        raise
+    logger.info("joined %d segments into %s (%d frames)", len(parts), output, written.frame_count)
+    return replace(written, path=output)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("FACESTUDIO_HOME", str(home / "config"))
     monkeypatch.setenv("FACESTUDIO_MODELS", str(home / "models"))
+    monkeypatch.setenv("FACESTUDIO_JOBS", str(home / "jobs"))
     monkeypatch.delenv("FACESTUDIO_ACCEPT", raising=False)
     monkeypatch.delenv("FACESTUDIO_MANIFEST", raising=False)
     return home

@@ -260,8 +260,9 @@ def test_ctrl_c_cancels_cleanly(tmp_path: Path) -> None:
          "--set", "runtime.batch=1", "--preset", "upscale"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+    jobs = Path(os.environ["FACESTUDIO_JOBS"])  # segments are encoded in the job folder
     deadline = time.monotonic() + 120
-    while not any(p.name.startswith(".out") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
+    while not any(jobs.glob("*/work-*/*")) and time.monotonic() < deadline:
         time.sleep(0.1)  # wait until frames are being encoded
     time.sleep(0.5)
     children = _ffmpeg_children(child.pid)
@@ -271,6 +272,7 @@ def test_ctrl_c_cancels_cleanly(tmp_path: Path) -> None:
     assert child.returncode == 4, err
     assert err.strip() == "error: cancelled by the user; nothing was written"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.mp4"]
+    assert list(jobs.iterdir()) == []  # no segment was finished: nothing to resume, the job folder is gone
     assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
 
 
