@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -179,7 +180,10 @@ def find_ffprobe(ffmpeg: str | None = None) -> str | None:
 
 def available_encoders(ffmpeg: str) -> frozenset[str]:
     """Names of the encoders `ffmpeg` was built with ("libx264", "aac", …)."""
-    done = _run(cmd.encoders_args(ffmpeg))
+    try:
+        done = _ask(ffmpeg, tuple(cmd.encoders_args(ffmpeg)))
+    except OSError as exc:
+        raise MediaError(f"cannot run {ffmpeg}: {exc.strerror}") from exc
     if done.returncode != 0:
         raise MediaError(f"{ffmpeg} -encoders failed: {_first_error(done.stderr, Path(ffmpeg))}")
     lines = done.stdout.splitlines()
@@ -213,11 +217,25 @@ def _executable_override(variable: str, value: str) -> str:
 def _ffmpeg_version(ffmpeg: str) -> tuple[int, int] | None:
     """(major, minor) from `ffmpeg -version`, or None when the build does not say (git builds: "N-…")."""
     try:
-        out = subprocess.run([ffmpeg, "-version"], capture_output=True, text=True, errors="replace", check=False)
+        out = _ask(ffmpeg, (ffmpeg, "-version"))
     except OSError:
         return None
     match = re.match(r"\S+ version n?(\d+)\.(\d+)", out.stdout)
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _ask(executable: str, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """The output of `args`, a question about what `executable` can do (its version, its encoders), asked once
+    per version of the file in this process: a run asks several times and each answer costs 80–130 ms."""
+    stat = os.stat(executable)
+    return _asked(args, stat.st_size, stat.st_mtime_ns)
+
+
+# The one memo of this module: answers about executables, keyed by their arguments and the file's size and
+# modification time (a replaced binary is asked again); it holds nothing of any job.
+@functools.lru_cache(maxsize=32)
+def _asked(args: tuple[str, ...], size: int, mtime_ns: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, errors="replace", check=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -37,7 +37,13 @@ def analyser_model_ids(settings: FacesSettings) -> list[str]:
 
 
 def build_analyser(settings: FacesSettings, runtime: Runtime) -> FaceAnalyser:
-    """The analyser `faces.analyser` names: dlib (embedded, offline) or InsightFace buffalo_l (downloaded)."""
+    """The analyser `faces.analyser` names: dlib (embedded, offline) or InsightFace buffalo_l (downloaded); built
+    once per Runtime (loading dlib's models takes about a second) and safe to share between threads."""
+    key = ("face_analyser", settings.analyser, settings.detector)
+    return runtime.warm(key, lambda: SerialAnalyser(_new_analyser(settings, runtime)))
+
+
+def _new_analyser(settings: FacesSettings, runtime: Runtime) -> FaceAnalyser:
     if settings.analyser == "buffalo_l":
         from engine.faces.buffalo import BuffaloAnalyser
 
@@ -127,7 +133,7 @@ class FaceStage:
         """`fps`: the target's frame rate, so smoothing works in seconds whatever the video's rate."""
         if settings.reference_image is not None and settings.selector != "reference":
             raise InvalidInput("faces.reference_image is set but faces.selector is not 'reference'; set both")
-        analyser = SerialAnalyser(build_analyser(settings, runtime))
+        analyser = build_analyser(settings, runtime)
         source = load_sources(analyser, sources) if sources else None
         reference = _reference(settings, analyser, target) if settings.selector == "reference" else None
         tracker = FaceTracker(analyser, redetect_every=settings.redetect_every, fps=fps or 30.0)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine import metrics
 from engine.backends import BackendName, Device, Session, gpu_visible
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from engine.models.ncnn import NcnnModel
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,6 +107,7 @@ class Runtime:
     progress_factory: ProgressFactory | None = None
     _sessions: dict[tuple[str, str], LoadedModel] = field(default_factory=dict, repr=False)
     _verified: set[Path] = field(default_factory=set, repr=False)
+    _warm: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.manifest = self.manifest.with_exports(self.folders.models)
@@ -225,9 +227,18 @@ class Runtime:
             return self.settings.batch
         return auto_batch(frame_bytes, available_memory(self.settings.device), on_gpu=on_gpu(self.settings.device))
 
+    def warm(self, key: tuple[str, ...], build: Callable[[], T]) -> T:
+        """The object `build` makes for `key`, built once and kept like the sessions: model objects that are not
+        sessions (a face analyser with its native models), so a second job or a UI preview does not load them
+        again."""
+        if key not in self._warm:
+            self._warm[key] = build()
+        return self._warm[key]  # type: ignore[no-any-return]
+
     def clear(self) -> None:
-        """Drop every loaded session (frees GPU memory between jobs in a long-lived process)."""
+        """Drop every loaded session and warm object (frees GPU memory between jobs in a long-lived process)."""
         self._sessions.clear()
+        self._warm.clear()
 
     def _device(self) -> Device:
         return Device.parse(self.settings.device)
