@@ -7,6 +7,7 @@ Errors print one line (`error: …`) to stderr, with the traceback only under `-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
@@ -57,6 +58,12 @@ def _batch(text: str) -> int | str:
     raise argparse.ArgumentTypeError(f"{text!r} is neither auto nor a whole number ≥ 1")
 
 
+def _positive(text: str) -> int:
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a whole number ≥ 1")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="launch.py", description="facestudio: face swap and enhancement studio")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -75,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--job", type=Path, help="replay a job sidecar (<output>.job.json)")
     run.add_argument(
         "--resume", action="store_true", help="continue an interrupted video job: reuse the segments it finished"
+    )
+    run.add_argument(
+        "--cluster",
+        metavar="local|auto|ray://HOST:PORT",
+        help="render a video's segments on Ray workers: a local cluster, the cluster of this machine, or a Ray client "
+        "address (needs the ray extra; paths must be visible to every node)",
+    )
+    run.add_argument(
+        "--workers", type=_positive, metavar="N", help="Ray workers for --cluster (default: one per GPU, else per CPU)"
     )
     run.add_argument("--demo", action="store_true", help="make a demo clip from a bundled photo and process it")
     run.add_argument("--yes", action="store_true", help="acknowledge the responsible-use notice for this run")
@@ -233,17 +249,29 @@ def cmd_run(args: argparse.Namespace) -> int:
             # The demo's own output, remade by every demo run.
             args.output, args.overwrite = DEMO_DIR / "astronaut_out.mp4", True
         args.source = args.source or [demo.source_photo()]
+    if args.workers is not None and args.cluster is None:
+        raise UsageError("--workers needs --cluster")
     job = job_from_args(args)
     require_consent(args.yes)
     if args.demo:
         DEMO_DIR.mkdir(parents=True, exist_ok=True)
         demo.make_clip(job.target)
-    runtime = Runtime(job.runtime, progress_factory=_download_progress)
-    from processors import build_chain
+    with contextlib.ExitStack() as stack:
+        renderer = None
+        if args.cluster is not None:
+            from engine import cluster
 
-    progress = for_terminal()
-    chain = build_chain(job, runtime)
-    report = pipeline.run(job, chain, runtime, progress, overwrite=args.overwrite, resume=args.resume)
+            # Connected before any model loads: a wrong address or a missing Ray fails at once.
+            stack.enter_context(cluster.connect(args.cluster, args.workers))
+            renderer = cluster.RayRenderer(args.workers)
+        runtime = Runtime(job.runtime, progress_factory=_download_progress)
+        from processors import build_chain
+
+        progress = for_terminal()
+        chain = build_chain(job, runtime)
+        report = pipeline.run(
+            job, chain, runtime, progress, overwrite=args.overwrite, resume=args.resume, renderer=renderer
+        )
     w0, h0 = report.input_size
     w1, h1 = report.output_size
     audio = "audio kept" if report.audio else "no audio"

@@ -85,3 +85,15 @@ class MediaError(FacestudioError):
 
 class InsufficientDiskSpace(InvalidInput):
     """The disks that would hold a job's segments and output have too little free space for it (exit 2)."""
+
+
+class ClusterUnavailable(FacestudioError):
+    """`--cluster` cannot be used: Ray is not installed, or the cluster cannot be reached (exit 2)."""
+
+    exit_code = 2
+
+
+class SegmentFailed(FacestudioError):
+    """A segment of a cluster job failed on every attempt its workers were given (exit 1)."""
+
+    exit_code = 1

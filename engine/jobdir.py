@@ -193,10 +193,11 @@ class JobFolder:
         work.mkdir(exist_ok=True)
         return work / segment.name
 
-    def finish(self, segment: Segment, frames: int, counts: Mapping[str, int]) -> None:
-        """Move the verified `work_path(segment)` into place and record it as done (`counts`: faces, empty)."""
+    def finish(self, segment: Segment, frames: int, counts: Mapping[str, Any], source: Path | None = None) -> None:
+        """Move the verified `source` (default `work_path(segment)`) into place and record it as done (`counts`:
+        faces, empty; from a cluster also the worker, host:pid, and the attempts it took)."""
         final = self.segment_path(segment)
-        os.replace(self.work_path(segment), final)
+        os.replace(self.work_path(segment) if source is None else source, final)
         record = {"frames": frames, "bytes": final.stat().st_size, "pid": os.getpid(), **counts}
         self.manifest["done"][str(segment.index)] = record
         _write_json(self.path / MANIFEST_FILE, self.manifest)

@@ -55,7 +55,8 @@ class RunReport:
     frames_without_face: int | None = None
     identity: dict[str, Any] | None = None
     # A video's segments: count, segment_frames, reused (indexes finished by an interrupted run) and
-    # frames_processed (by this run; the rest were reused).
+    # frames_processed (by this run; the rest were reused); a run whose segments went to a cluster
+    # (`engine.cluster`) adds `cluster`: per segment it processed, the worker (host:pid) and the attempts it took.
     segments: dict[str, Any] | None = None
 
     @property
@@ -166,6 +167,7 @@ def run(
     *,
     overwrite: bool = False,
     resume: bool = False,
+    renderer: SegmentRenderer | None = None,
 ) -> RunReport:
     """Process `job.target` through `chain` into `job.output` and write `<output>.job.json`.
 
@@ -173,7 +175,9 @@ def run(
     same span; an image target ignores those settings. An existing file at `job.output` is refused unless
     `overwrite`. A video is rendered in segments (`engine.segments`) in its job folder (`engine.jobdir`); with
     `resume`, the segments an interrupted run of the same job finished are reused (an image is one step: it is
-    simply run again). Raises typed errors only (InvalidInput, TruncatedInput, InsufficientDiskSpace, Cancelled …);
+    simply run again). `renderer` renders a video's missing segments (default: in order, in this process;
+    `engine.cluster.RayRenderer`: on Ray workers); the plan, job folder, resume and join stay the same. Raises typed
+    errors only (InvalidInput, TruncatedInput, InsufficientDiskSpace, Cancelled …);
     on any error no output or partial file is left behind.
     """
     progress = progress or NullProgress()
@@ -190,7 +194,9 @@ def run(
             _run_image(job, chain, size, faces)
             frames, audio = 1, False
         else:
-            frames, audio, segmented = _run_video(job, chain, runtime, info, span, size, batch, progress, faces, resume)
+            frames, audio, segmented = _run_video(
+                job, chain, runtime, info, span, size, batch, progress, faces, resume, renderer or _render_missing
+            )
     except KeyboardInterrupt:
         raise Cancelled("cancelled by the user; nothing was written") from None
     finally:
@@ -394,6 +400,7 @@ def _run_video(
     progress: Progress,
     faces: _Faces | None,
     resume: bool,
+    renderer: SegmentRenderer,
 ) -> tuple[int, bool, dict[str, Any]]:
     """Render the segments of `span` still missing in the job folder, join them with the audio into `job.output`;
     returns the frames written, whether the output has audio (a span can hold none of a short audio track), and
@@ -407,7 +414,7 @@ def _run_video(
     target, output = job.target.resolve(), job.output.resolve()
     stat = target.stat()
     key = segments.job_key(str(target), stat.st_size, stat.st_mtime_ns, str(output))
-    settings = segments.resumable_settings(_absolute(job))
+    settings = segments.resumable_settings(absolute_raw(job))
     # An edited source image changes every swapped frame: finished segments made from the old one do not fit.
     settings["source_files"] = [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in job.sources]
     describe = {"target": str(target), "output": str(output)}
@@ -419,7 +426,7 @@ def _run_video(
         progress.stage("frames", span.frames)
         progress.advance(sum(r["frames"] for r in folder.done.values()))
         if todo:
-            _render_missing(render, folder, plan, todo, progress)
+            renderer(render, folder, plan, todo, progress)
         done = folder.done
         parts = [(folder.segment_path(s), done[s.index]["frames"]) for s in plan.segments]
         written = video.join_segments(
@@ -463,7 +470,61 @@ def _run_video(
         "reused": reused,
         "frames_processed": sum(r["frames"] for i, r in folder.done.items() if i not in reused),
     }
+    workers = {i: r for i, r in folder.done.items() if i not in reused and "worker" in r}
+    if workers:
+        summary["cluster"] = {str(i): {"worker": r["worker"], "attempts": r["attempts"]} for i, r in workers.items()}
     return written.frame_count, written.has_audio, summary
+
+
+# Renders the missing segments (the last argument) of a job into its folder, recording each as it is finished.
+SegmentRenderer = Callable[[VideoRender, jobdir.JobFolder, segments.Plan, Sequence[Segment], Progress], None]
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    """What rendering one segment on its own made: the frames written, the face counts of its frames (`faces`,
+    `empty`; none when no processor needs faces), and its identity QA records (frame, distance before, after)."""
+
+    frames: int
+    counts: dict[str, int]
+    identity: list[tuple[int, float, float]]
+
+
+def segment_render(
+    job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: video.MediaInfo, span: video.Span,
+    size: tuple[int, int],
+) -> VideoRender:  # fmt: skip
+    """What a worker renders segments of `job` with (`render_alone`): `info`, `span` and the output `size`
+    (pixels) as the job's driver found them; the face stage (source analysed once) and the batch are its own."""
+    faces = _face_stage(job, chain, runtime, info, span)
+    batch = batch_size(chain, runtime, info.width, info.height)
+    return VideoRender(job, chain, runtime, info, span, size, faces, batch, BatchLimit(batch))
+
+
+def render_alone(render: VideoRender, segment: Segment, last: bool, path: Path) -> SegmentResult:
+    """Render `segment` of the job on its own into `path`, decoding the target from the segment's first frame
+    (`FrameReader(skip=segment.start)`); `last`: the plan's last segment, which takes every frame left.
+
+    Face tracking starts afresh at the segment's first frame (no track or chosen face carries over from whatever
+    this process rendered before). Raises MediaError when a segment other than the last gets too few frames."""
+    faces = render.faces
+    before = _face_counts(faces)
+    checked = 0
+    if faces is not None:
+        faces.stage.restart()
+        checked = len(faces.qa.records) if faces.qa is not None else 0
+    with video.FrameReader(render.job.target, render.info, render.span, skip=segment.start) as reader:
+        stream = _annotated(faces, reader, segment.start)
+        written = render_segment(render, segment, stream if last else itertools.islice(stream, segment.frames), path)
+    if not last and written != segment.frames:
+        path.unlink(missing_ok=True)
+        raise MediaError(
+            f"{render.job.target} gave {written} frames for output frames {segment.start}–{segment.stop - 1}, "
+            f"expected {segment.frames}"
+        )
+    after = _face_counts(faces)
+    identity = faces.qa.records[checked:] if faces is not None and faces.qa is not None else []
+    return SegmentResult(written, {k: after[k] - before[k] for k in after}, list(identity))
 
 
 def _render_missing(
@@ -700,7 +761,7 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo, span: vid
     os.replace(tmp, report.sidecar)
 
 
-def _absolute(job: Job) -> dict[str, Any]:
+def absolute_raw(job: Job) -> dict[str, Any]:
     """The raw job with every path absolute."""
     raw = job.to_raw()
     raw["target"] = str(job.target.resolve())
@@ -713,7 +774,7 @@ def _absolute(job: Job) -> dict[str, Any]:
 
 def _replayable(job: Job, report: RunReport) -> dict[str, Any]:
     """The job as `run --job` should replay it: absolute paths, and the backend that actually ran pinned."""
-    raw = _absolute(job)
+    raw = absolute_raw(job)
     # Only model backends are pinned (a processor that runs no model reports e.g. "opencv").
     backends = {d["backend"] for d in report.processors.values() if d.get("backend") in ("onnx", "torch")}
     if len(backends) == 1:

@@ -139,6 +139,12 @@ class FaceStage:
         tracker = FaceTracker(analyser, redetect_every=settings.redetect_every, fps=fps or 30.0)
         return cls(settings, analyser, source, reference, tracker)
 
+    def restart(self) -> None:
+        """Start over as on a video's first frame: no track, no face chosen yet (the analyser and source stay)."""
+        self.tracker.reset()
+        self._decided.clear()
+        self._chosen = None
+
     @property
     def threshold(self) -> float:
         return self.settings.reference_distance or self.analyser.threshold

@@ -320,6 +320,13 @@ class FaceTracker:
         self._refits = 0
         self._filled = 0
 
+    def reset(self) -> None:
+        """Start over as if the next frame were the first of a video (a worker starting a segment of one alone):
+        no tracks, detection on the next frame and every `redetect_every` after it, stats from zero. Track ids keep
+        counting up, so an id is never reused within a tracker."""
+        self._tracks = []
+        self._frames = self._detections = self._refits = self._filled = 0
+
     @property
     def stats(self) -> TrackerStats:
         """Counts of frames seen, detections and re-fits run, and faces filled so far."""
