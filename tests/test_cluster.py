@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,8 +17,8 @@ import pytest
 from test_resume import CHAIN, audio_seconds, make_clip, read_frames
 
 import cli
-from engine import cluster, pipeline
-from engine.errors import Cancelled
+from engine import cluster, pipeline, segments, video
+from engine.errors import Cancelled, InvalidInput
 
 FRAMES, SEGMENT = 45, 15
 ARGS = [*CHAIN, "--set", f"video.segment_frames={SEGMENT}", "--set", "video.preset=ultrafast", "--yes"]
@@ -138,3 +139,30 @@ def test_a_job_interrupted_on_one_machine_resumes_on_the_cluster(
     sidecar = json.loads(pipeline.sidecar_path(out).read_text())
     assert sidecar["segments"]["reused"] == [0] and sorted(sidecar["segments"]["cluster"]) == ["1", "2"]
     assert list((isolated_home / "jobs").iterdir()) == []
+
+
+def test_a_worker_that_cannot_see_the_target_refuses(clip: Path, tmp_path: Path) -> None:
+    """The check each actor runs first, on a plain SegmentWorker (no Ray needed): a missing target, or another
+    file at its path than the driver's, is an InvalidInput naming the host, raised by the first `render`."""
+    args = cli.build_parser().parse_args(["run", "--target", str(clip), "--output", str(tmp_path / "o.mp4"), *ARGS])
+    raw = pipeline.absolute_raw(cli.job_from_args(args))
+    info = video.probe(clip)
+    segment = segments.plan(FRAMES, SEGMENT).segments[0]
+    work = tmp_path / "work"
+    work.mkdir()
+    host = socket.gethostname()
+
+    other = cluster.SegmentWorker(raw, info, video.select(info), (96, 64), target_size=clip.stat().st_size + 1)
+    with pytest.raises(InvalidInput, match=f"the Ray worker on {host} sees another file at {clip} "):
+        other.render(segment, False, str(work / "seg.mp4"))
+
+    missing = cluster.SegmentWorker(
+        {**raw, "target": str(tmp_path / "gone.mp4")}, info, video.select(info), (96, 64), 1
+    )
+    with pytest.raises(InvalidInput) as refused:
+        missing.render(segment, False, str(work / "seg.mp4"))
+    assert str(refused.value) == (
+        f"the Ray worker on {host} cannot read the target {tmp_path / 'gone.mp4'}: put the target, sources, output "
+        "and FACESTUDIO_JOBS on a volume every node mounts at the same path"
+    )
+    assert list(work.iterdir()) == []
