@@ -138,3 +138,26 @@ def make_rotated(source: Path, output: Path) -> None:
         legacy = [ffmpeg, "-nostdin", "-v", "error", "-y", "-i", str(source), "-c", "copy",
                   "-metadata:s:v", "rotate=90", str(output)]  # fmt: skip
         subprocess.run(legacy, capture_output=True, check=True)
+
+
+def audio_seconds(path: Path) -> float:
+    """Length of the first audio stream, measured by decoding it (independent of container headers)."""
+    out = subprocess.run(
+        [video.find_ffmpeg(), "-v", "error", "-i", str(path), "-map", "0:a:0", "-f", "s16le", "-ac", "1",
+         "-ar", "48000", "-"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    return len(out) / 2 / 48000
+
+
+def live_children(pid: int) -> list[int]:
+    """PIDs of live (not zombie) processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import audio_seconds, live_children
 
 import cli
 from engine import demo, video
@@ -27,17 +28,6 @@ def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def read_frames(path: Path) -> np.ndarray:
     with video.FrameReader(path) as reader:
         return np.stack(list(reader))
-
-
-def audio_seconds(path: Path) -> float:
-    """Duration of the first audio stream, measured by decoding it (independent of container headers)."""
-    ffmpeg = video.find_ffmpeg()
-    out = subprocess.run(
-        [ffmpeg, "-v", "error", "-i", str(path), "-map", "0:a:0", "-f", "s16le", "-ac", "1", "-ar", "48000", "-"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    return len(out) / 2 / 48000
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -235,19 +225,6 @@ def test_output_kind_must_match_target(clip: Path, tmp_path: Path, capsys: pytes
     assert "the target is a video but the output ends in .png" in capsys.readouterr().err
 
 
-def _ffmpeg_children(pid: int) -> list[int]:
-    """PIDs of live processes whose parent is `pid` (Linux /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
 def test_ctrl_c_cancels_cleanly(tmp_path: Path) -> None:
     import signal
@@ -265,7 +242,7 @@ def test_ctrl_c_cancels_cleanly(tmp_path: Path) -> None:
     while not any(jobs.glob("*/work-*/*")) and time.monotonic() < deadline:
         time.sleep(0.1)  # wait until frames are being encoded
     time.sleep(0.5)
-    children = _ffmpeg_children(child.pid)
+    children = live_children(child.pid)
     assert children, "no ffmpeg child while encoding"
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=60)

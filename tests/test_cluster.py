@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_resume import CHAIN, audio_seconds, make_clip, read_frames
+from conftest import audio_seconds
+from test_resume import CHAIN, make_clip, read_frames
 
 import cli
 from engine import cluster, pipeline, segments, video

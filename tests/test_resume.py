@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import audio_seconds, live_children
 
 import cli
 from engine import video
@@ -42,15 +43,6 @@ def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_clip(tmp_path_factory.mktemp("clip") / "clip.mp4")
 
 
-def audio_seconds(path: Path) -> float:
-    out = subprocess.run(
-        [video.find_ffmpeg(), "-v", "error", "-i", str(path), "-map", "0:a:0", "-f", "s16le", "-ac", "1",
-         "-ar", "48000", "-"],
-        capture_output=True, check=True,
-    ).stdout  # fmt: skip
-    return len(out) / 2 / 48000
-
-
 def read_frames(path: Path) -> np.ndarray:
     with video.FrameReader(path) as reader:
         return np.stack(list(reader))
@@ -62,19 +54,6 @@ def start(args: list[str], jobs: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         env={**os.environ, "FACESTUDIO_JOBS": str(jobs)},
     )  # fmt: skip
-
-
-def children(pid: int) -> list[int]:
-    """PIDs of live processes whose parent is `pid` (Linux /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
 
 
 def wait_until(condition: Callable[[], bool], child: subprocess.Popen[str], what: str) -> None:
@@ -99,7 +78,7 @@ def done_segments(jobs: Path) -> dict[int, dict]:
 
 def kill(child: subprocess.Popen[str]) -> None:
     """SIGKILL, as a crash or power loss would; its ffmpeg children then end on their own (their pipes close)."""
-    ffmpegs = children(child.pid)
+    ffmpegs = live_children(child.pid)
     child.kill()
     child.communicate(timeout=60)
     deadline = time.monotonic() + 30

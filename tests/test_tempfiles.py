@@ -18,7 +18,8 @@ from typing import ClassVar
 
 import psutil
 import pytest
-from test_resume import CHAIN, children, make_clip, start, wait_until
+from conftest import live_children
+from test_resume import CHAIN, make_clip, start, wait_until
 
 import cli
 from engine import jobdir, pipeline, segments, video
@@ -266,10 +267,10 @@ def test_sigterm_exits_4_without_orphans_or_output(tmp_path: Path, finished: boo
 
     def encoding() -> bool:
         work = list(root.glob("*/work-*/*"))
-        return bool(list(root.glob("*/seg-*.mp4")) if finished else work) and bool(children(child.pid))
+        return bool(list(root.glob("*/seg-*.mp4")) if finished else work) and bool(live_children(child.pid))
 
     wait_until(encoding, child, "a segment was finished" if finished else "a segment was being encoded")
-    ffmpegs = children(child.pid)
+    ffmpegs = live_children(child.pid)
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=60)
     assert child.returncode == 4, err

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import audio_seconds
 
 import cli
 from engine import demo, pipeline, video
@@ -53,16 +54,6 @@ def full(clip: Path) -> np.ndarray:
     """Every frame of the clip, decoded by the same decoder the runs use."""
     with video.FrameReader(clip) as reader:
         return np.stack(list(reader))
-
-
-def audio_seconds(path: Path) -> float:
-    """Length of the first audio stream, measured by decoding it (independent of container headers)."""
-    out = subprocess.run(
-        [video.find_ffmpeg(), "-v", "error", "-i", str(path), "-map", "0:a:0", "-f", "s16le", "-ac", "1",
-         "-ar", "48000", "-"],
-        capture_output=True, check=True,
-    ).stdout  # fmt: skip
-    return len(out) / 2 / 48000
 
 
 def run(target: Path, output: Path, **settings: Any) -> tuple[pipeline.RunReport, Recorder]:
