@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import time
@@ -218,6 +219,9 @@ def _intact(path: Path, record: Any) -> bool:
         return False
 
 
+_JOB_KEY = re.compile(r"[0-9a-f]{16}")
+
+
 def sweep(root: Path, window_s: float = RESUME_WINDOW_S, now: float | None = None) -> list[Path]:
     """Remove the job folders under `root` that no job will use again (the rule is in the module docstring);
     returns the folders removed. Never raises for a folder it cannot read or remove (it is left for later)."""
@@ -226,7 +230,8 @@ def sweep(root: Path, window_s: float = RESUME_WINDOW_S, now: float | None = Non
     if not root.is_dir():
         return removed
     for folder in root.iterdir():
-        if not folder.is_dir():
+        # Only folders named like a job key: FACESTUDIO_JOBS may point at a folder that holds other things too.
+        if not folder.is_dir() or not _JOB_KEY.fullmatch(folder.name):
             continue
         try:
             owner = read_owner(folder)

@@ -546,13 +546,13 @@ def _render_missing(
         decode = _Worker("decode", lambda: _produce(iter(reader), decoded, stop))
         workers = [decode]
         try:
-            source = _drain(decoded, decode)
+            source = _drain(decoded, decode, stop)
             stream = _annotated(None, source, first)
             if faces is not None:
                 annotated: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
                 analyse = _Worker("faces", lambda: _produce(faces.annotate(source, first), annotated, stop))
                 workers.append(analyse)
-                stream = _drain(annotated, analyse)
+                stream = _drain(annotated, analyse, stop)
             qa = _QualityThread(render, stop) if render.check is not None else None
             if qa is not None:
                 workers.append(qa.worker)
@@ -596,7 +596,6 @@ class _QualityThread:
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=2 * render.batch)
         self.stop = stop
         self.worker = _Worker("qa", lambda: _consume(self.queue, lambda item: check(*item), stop))
-        self.render = render
         render.check = self.put
 
     def put(self, index: int, before: Frame, after: Frame, found: tuple[Face, ...]) -> None:
@@ -673,9 +672,9 @@ def _put(q: queue.Queue[Any], item: Any, stop: threading.Event, worker: _Worker 
 
 def _produce(items: Iterator[Any], q: queue.Queue[Any], stop: threading.Event) -> None:
     for item in items:
-        if stop.is_set():
-            return
         _put(q, item, stop)
+        if stop.is_set():  # checked before asking `items` for more: that may block (a queue) or compute (faces)
+            return
     _put(q, _END, stop)
 
 
@@ -690,13 +689,16 @@ def _consume(q: queue.Queue[Any], write: Callable[[Any], None], stop: threading.
         write(item)
 
 
-def _drain(q: queue.Queue[Any], producer: _Worker) -> Iterator[Any]:
-    """The producer's items, in order, until its end marker; the producer's error is raised here."""
+def _drain(q: queue.Queue[Any], producer: _Worker, stop: threading.Event) -> Iterator[Any]:
+    """The producer's items, in order, until its end marker; the producer's error is raised here. Ends early once
+    `stop` is set (the run is over or failed: a thread still pulling must not wait for items that never come)."""
     while True:
         try:
             item = q.get(timeout=0.1)
         except queue.Empty:
             producer.check()
+            if stop.is_set():
+                return
             continue
         if item is _END:
             producer.check()

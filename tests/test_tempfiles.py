@@ -226,18 +226,22 @@ def dead_owner() -> jobdir.Owner:
 def test_sweep_removes_dead_jobs_folders_only(tmp_path: Path) -> None:
     host = socket.gethostname()
     week = jobdir.RESUME_WINDOW_S
-    live = make_folder(tmp_path, "live", jobdir.Owner.current(), done=False, age_s=2 * week)
-    dead = make_folder(tmp_path, "dead", dead_owner(), done=False)
-    reused_pid = make_folder(tmp_path, "reused", jobdir.Owner(os.getpid(), 0.0, host), done=False)
-    resumable = make_folder(tmp_path, "resumable", dead_owner(), done=True, age_s=week - 60)
-    expired = make_folder(tmp_path, "expired", dead_owner(), done=True, age_s=week + 60)
-    elsewhere = make_folder(tmp_path, "elsewhere", jobdir.Owner(1, 0.0, host + "-other"), done=False)
-    starting = make_folder(tmp_path, "starting", None, done=False)
-    debris = make_folder(tmp_path, "debris", None, done=False, age_s=2 * 3600)
+    names = iter(f"{i:016x}" for i in range(100))  # job folders are named by 16-hex-digit job keys
+    live = make_folder(tmp_path, next(names), jobdir.Owner.current(), done=False, age_s=2 * week)
+    dead = make_folder(tmp_path, next(names), dead_owner(), done=False)
+    reused_pid = make_folder(tmp_path, next(names), jobdir.Owner(os.getpid(), 0.0, host), done=False)
+    resumable = make_folder(tmp_path, next(names), dead_owner(), done=True, age_s=week - 60)
+    expired = make_folder(tmp_path, next(names), dead_owner(), done=True, age_s=week + 60)
+    elsewhere = make_folder(tmp_path, next(names), jobdir.Owner(1, 0.0, host + "-other"), done=False)
+    starting = make_folder(tmp_path, next(names), None, done=False)
+    debris = make_folder(tmp_path, next(names), None, done=False, age_s=2 * 3600)
+    # FACESTUDIO_JOBS may be a folder that holds other things: what is not named like a job is never touched.
+    photos = make_folder(tmp_path, "photos_2023", dead_owner(), done=False, age_s=2 * week)
+    other = make_folder(tmp_path, "0123456789abcdef-old", None, done=False, age_s=2 * week)
 
     removed = jobdir.sweep(tmp_path)
     assert sorted(removed) == sorted([dead, reused_pid, expired, debris])
-    assert sorted(p for p in tmp_path.iterdir()) == sorted([live, resumable, elsewhere, starting])
+    assert sorted(p for p in tmp_path.iterdir()) == sorted([live, resumable, elsewhere, starting, photos, other])
 
 
 def test_a_job_folder_of_a_running_process_is_refused(clip: Path, tmp_path: Path) -> None:
