@@ -218,7 +218,12 @@ def run(
         identity=faces.qa.summary() if faces and faces.qa else None,
         segments=segmented,
     )
-    _write_sidecar(job, report, info, span)
+    try:
+        _write_sidecar(job, report, info, span)
+    except BaseException:
+        # An output without its sidecar has lost its provenance (and would look finished): remove it.
+        job.output.unlink(missing_ok=True)
+        raise
     return report
 
 
@@ -759,8 +764,11 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo, span: vid
             "fps": span.fps_rational,
         }
     tmp = report.sidecar.with_name(f".{report.sidecar.name}.partial")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, report.sidecar)
+    try:
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, report.sidecar)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def absolute_raw(job: Job) -> dict[str, Any]:

@@ -152,6 +152,13 @@ def test_a_full_queue_refuses_and_a_queued_job_cancels_at_once(api, media) -> No
             400,
             "the jobs API takes no faces.reference_image",
         ),
+        (
+            '{"processors": ["invert"], "runtime": {"batch": 2, "max_pixels": 1000000000000, "threads": 64}}',
+            {},
+            400,
+            "the jobs API does not take runtime.max_pixels, runtime.threads: the server decides them",
+        ),
+        ('{"processors": ["invert"], "video": {"segment_frames": 1}}', {}, 400, "does not take video.segment_frames"),
     ],
 )
 def test_refusals_are_4xx_with_one_line(api, media, preset: str, form: dict, code: int, detail: str) -> None:
@@ -186,6 +193,12 @@ def test_uploads_over_the_limit_and_unknown_ids(api, media, tmp_path: Path) -> N
         )
     assert response.status_code == 413
     assert response.json()["detail"] == "the target is over the server's upload limit of 200000 bytes a file"
+    assert not list(jobs.folder.iterdir())
+    # A body over what any job may bring (a target and MAX_SOURCES sources at the limit) is cut off as it streams
+    # in, before it is parsed: without a declared length too (chunked).
+    huge = iter([bytes(1 << 20)] * 3)
+    response = client.post("/api/jobs", content=huge, headers={"content-type": "multipart/form-data; boundary=x"})
+    assert response.status_code == 413
     assert not list(jobs.folder.iterdir())
     for path in ("/api/jobs/nope", "/api/jobs/nope/result"):
         assert client.get(path).status_code == 404

@@ -169,3 +169,21 @@ def test_an_image_target_ignores_the_video_settings(tmp_path: Path) -> None:
     report, recorder = run(target, tmp_path / "out.png", trim_start=5, fps=12, encoder="libx265")
     assert (report.kind, report.frames, len(recorder.seen)) == ("image", 1, 1)
     assert "span" not in sidecar(tmp_path / "out.png")
+
+
+def test_an_output_whose_sidecar_cannot_be_written_is_removed(
+    clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_text = Path.write_text
+
+    def full_disk_for_the_sidecar(self: Path, *args: Any, **kwargs: Any) -> int:
+        if self.name.endswith(".job.json.partial"):
+            self.write_bytes(b"{")  # half written when the disk filled up
+            raise OSError(28, "No space left on device")
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk_for_the_sidecar)
+    out = tmp_path / "o.mp4"
+    with pytest.raises(OSError, match="No space left"):
+        run(clip, out, trim_end=0.5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no output without provenance, no .partial

@@ -34,6 +34,23 @@ Status = Literal["queued", "running", "done", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
 
+# What a client's preset may set of the server's runtime: the rest (device, threads, compile, the frame size cap …)
+# is the server's to decide, since one job's choice could take the whole process (and every queued job) down.
+CLIENT_RUNTIME = frozenset({"backend", "batch", "fp16"})
+
+
+def check_client_settings(raw: dict[str, Any]) -> None:
+    """Refuse (InvalidInput, naming them) the settings of a client's preset that are the server's to choose: the
+    runtime settings outside CLIENT_RUNTIME and `video.segment_frames` (how many files a job writes)."""
+    refused = [f"runtime.{k}" for k in (raw.get("runtime") or {}) if k not in CLIENT_RUNTIME]
+    refused += ["video.segment_frames"] if "segment_frames" in (raw.get("video") or {}) else []
+    if refused:
+        raise InvalidInput(
+            f"the jobs API does not take {', '.join(refused)}: the server decides them (allowed runtime settings: "
+            f"{', '.join(sorted(CLIENT_RUNTIME))})"
+        )
+
+
 class QueueFull(FacestudioError):
     """The jobs queue holds as many waiting jobs as it may (HTTP 503; try again later)."""
 
@@ -140,7 +157,8 @@ class JobQueue:
         self._thread.start()
 
     def stop(self) -> None:
-        """Cancel the running job, stop the worker and wait for it (queued jobs stay queued, unrun)."""
+        """Cancel the running job, stop the worker and wait for it, then remove every job's files (jobs live in
+        memory: a restarted server knows none of them, so their uploads and results would only fill the disk)."""
         if self._thread is None:
             return
         with self._lock:
@@ -149,6 +167,7 @@ class JobQueue:
         self._put_stop()
         self._thread.join(timeout=30)
         self._thread = None
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def _put_stop(self) -> None:
         # The stop marker must get in even when the queue is full: drop waiting jobs until it does.
@@ -167,6 +186,7 @@ class JobQueue:
         if Preset.parse(raw, self.studio.registry).faces.reference_image is not None:
             # A path in the preset would name a file on the server, which a client has no business reading.
             raise InvalidInput("the jobs API takes no faces.reference_image (a server path); use faces.reference_frame")
+        check_client_settings(raw)
         if self._queue.full():
             raise QueueFull(f"{self._queue.maxsize} jobs are waiting already; try again later")
         job_id = secrets.token_urlsafe(16)
@@ -177,7 +197,10 @@ class JobQueue:
             record = JobRecord(job_id, folder, raw, target, sources)
             with self._lock:
                 self._jobs[job_id] = record
-            self._queue.put_nowait(record)
+            try:
+                self._queue.put_nowait(record)
+            except queue.Full:  # another submit took the last place since the check above
+                raise QueueFull(f"{self._queue.maxsize} jobs are waiting already; try again later") from None
         except BaseException:
             with self._lock:
                 self._jobs.pop(job_id, None)

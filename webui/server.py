@@ -32,8 +32,9 @@ from engine.health import Readiness
 from engine.metrics import PROCESS_METRICS
 from webui.jobs import JobQueue, JobRecord, QueueFull, UploadTooLarge, copy_upload, parse_preset_text, upload_suffix
 
-PROBE_PATHS = ("/healthz", "/readyz", "/metrics")
 _basic = HTTPBasic(auto_error=False)
+# Source photos a job may bring: with the per-file limit this bounds a request's whole body.
+MAX_SOURCES = 8
 
 
 def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None, max_upload: int) -> list[APIRoute]:
@@ -72,7 +73,9 @@ def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None
             raise HTTPException(404, f"no job {job_id!r} (finished jobs are kept for a while, then forgotten)")
         return record
 
-    @api.post("/jobs", status_code=202)
+    # The body is bounded before it is read (FastAPI stops reading past it with 413): it is parsed before the login
+    # and the per-file checks run, so without a bound any client could fill the temp disk.
+    @api.post("/jobs", status_code=202, max_body_size=max_upload * (1 + MAX_SOURCES) + (1 << 16))
     def submit(
         request: Request,
         target: Annotated[UploadFile, File(description="target image or video")],
@@ -82,6 +85,8 @@ def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None
     ) -> dict[str, str]:
         if not consent:
             raise HTTPException(403, "consent must be true: acknowledge the responsible-use notice")
+        if len(sources or []) > MAX_SOURCES:
+            raise HTTPException(400, f"{len(sources or [])} source images; a job takes at most {MAX_SOURCES}")
         # Refused from its declared length when it cannot fit (64 kB spare for the form fields and multipart
         # framing); each file is also checked as it is stored.
         length = request.headers.get("content-length", "")

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -234,6 +235,9 @@ class _Binding:
         self.device = device
         self.index = index
         self.fixed = fixed
+        # One binding per session is shared state (bind, run, copy out): calls from two threads (the face-analysis
+        # thread and the processors share a cached session) must not interleave.
+        self.lock = threading.Lock()
         self.binding = session.io_binding()
         self.buffers: dict[str, ort.OrtValue] = {}
         if fixed:
@@ -247,6 +251,10 @@ class _Binding:
                 self.buffers[arg.name] = value
 
     def run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
+        with self.lock:
+            return self._run(inputs)
+
+    def _run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
         if self.fixed:
             for name, array in inputs.items():
                 buffer = self.buffers[name]
