@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import os
 import re
 import subprocess
 import sys
@@ -150,14 +151,32 @@ def audio_seconds(path: Path) -> float:
     return len(out) / 2 / 48000
 
 
-def live_children(pid: int) -> list[int]:
-    """PIDs of live (not zombie) processes whose parent is `pid` (Linux /proc)."""
+def _children_of(pid: int) -> list[tuple[int, str, str]]:
+    """(pid, command name, state) of every process whose parent is `pid` (Linux /proc; state "Z" = zombie)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            text = stat.read_text()
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
+        # The name sits in parentheses and may hold spaces: the fields after its closing one are fixed.
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        state, ppid = text[text.rindex(")") + 2 :].split()[:2]
+        if int(ppid) == pid:
+            found.append((int(stat.parent.name), name, state))
     return found
+
+
+def live_children(pid: int) -> list[int]:
+    """PIDs of live (not zombie) processes whose parent is `pid`."""
+    return [child for child, _, state in _children_of(pid) if state != "Z"]
+
+
+def ffmpeg_children() -> list[str]:
+    """`pid name state` of every ffmpeg/ffprobe child of this test process, zombies included (a zombie was never
+    waited for)."""
+    return [
+        f"{child} {name} {state}"
+        for child, name, state in _children_of(os.getpid())
+        if name.startswith(("ffmpeg", "ffprobe"))
+    ]

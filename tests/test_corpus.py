@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ffmpeg_children
 from PIL import Image
 
 import cli
@@ -399,21 +400,6 @@ CASES: dict[str, Case] = {
 }
 
 
-def _children() -> list[str]:
-    """`pid name state` of every ffmpeg/ffprobe child of this process, zombies included (Linux /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        state, ppid = text.rsplit(")", 1)[1].split()[:2]
-        if int(ppid) == os.getpid() and name.startswith(("ffmpeg", "ffprobe")):
-            found.append(f"{stat.parent.name} {name} {state}")
-    return found
-
-
 def _files(folder: Path) -> set[Path]:
     return {p for p in folder.rglob("*") if p.is_file()}
 
@@ -441,7 +427,7 @@ def test_unusual_input(
     assert "Traceback" not in out + err
     assert code == case.code, err
     assert [p for p in os.listdir(temp) if p.startswith("facestudio")] == []  # (ONNX Runtime leaves a .ses)
-    assert _children() == []
+    assert ffmpeg_children() == []
     sidecar = pipeline.sidecar_path(setup.output)
     if case.code != 0:
         lines = err.splitlines()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import subprocess
 from collections.abc import Iterator
 from fractions import Fraction
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_rotated
+from conftest import ffmpeg_children, make_rotated
 from PIL import Image
 
 from engine import video
@@ -54,21 +53,6 @@ def _audio_seconds(path: Path) -> float:
         capture_output=True, check=True,
     )  # fmt: skip
     return len(done.stdout) / 2 / 48000
-
-
-def _ffmpeg_children() -> list[str]:
-    """ffmpeg processes whose parent is this test process, zombies included (a zombie was never waited for)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1 : text.rindex(")")]
-        state, ppid = text[text.rindex(")") + 2 :].split()[:2]
-        if int(ppid) == os.getpid() and "ffmpeg" in comm:
-            found.append(f"{stat.parent.name} {comm} {state}")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +270,7 @@ def test_reader_damaged_clip(media: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(TruncatedInput, match=r"expected 25 frames, decoded \d+; ffmpeg: ") as caught:
         _read_all(damaged)
     _single_line_error(caught.value, damaged)
-    assert _ffmpeg_children() == []
+    assert ffmpeg_children() == []
 
 
 def test_reader_fewer_frames_than_counted(media: dict[str, Path]) -> None:
@@ -299,21 +283,21 @@ def test_reader_abandoned_in_with_block_leaves_no_child(media: dict[str, Path]) 
     with FrameReader(media["cfr"]) as reader:
         frames = iter(reader)
         next(frames)
-        assert len(_ffmpeg_children()) == 1
-    assert _ffmpeg_children() == []
+        assert len(ffmpeg_children()) == 1
+    assert ffmpeg_children() == []
 
 
 def test_reader_abandoned_loop_leaves_no_child(media: dict[str, Path]) -> None:
     for _ in FrameReader(media["cfr"]):
         break
-    assert _ffmpeg_children() == []
+    assert ffmpeg_children() == []
 
 
 def test_reader_exception_leaves_no_child(media: dict[str, Path]) -> None:
     with pytest.raises(KeyError), FrameReader(media["cfr"]) as reader:
         for _ in reader:
             raise KeyError("boom")
-    assert _ffmpeg_children() == []
+    assert ffmpeg_children() == []
 
 
 def test_reader_closed_mid_stream_ends_quietly(media: dict[str, Path]) -> None:
@@ -323,7 +307,7 @@ def test_reader_closed_mid_stream_ends_quietly(media: dict[str, Path]) -> None:
     next(frames)
     reader.close()
     assert list(frames) == []
-    assert _ffmpeg_children() == []
+    assert ffmpeg_children() == []
 
 
 def test_reader_iterates_once(media: dict[str, Path]) -> None:
@@ -426,7 +410,7 @@ def test_writer_exception_leaves_nothing(tmp_path: Path) -> None:
             writer.write(frame)
         raise KeyError("processor failed")
     assert list(tmp_path.iterdir()) == []
-    assert _ffmpeg_children() == []
+    assert ffmpeg_children() == []
 
 
 def test_writer_cannot_be_closed_after_abort(tmp_path: Path) -> None:
@@ -436,7 +420,7 @@ def test_writer_cannot_be_closed_after_abort(tmp_path: Path) -> None:
     with pytest.raises(MediaError, match="aborted"):
         writer.close()
     assert list(tmp_path.iterdir()) == []
-    assert _ffmpeg_children() == []
+    assert ffmpeg_children() == []
 
 
 def test_writer_without_frames_fails_cleanly(tmp_path: Path) -> None:
@@ -643,7 +627,7 @@ def test_reader_span_detects_missing_frames(  # type: ignore[no-untyped-def]
     with pytest.raises(TruncatedInput, match=message) as caught:
         _read_all(media["cfr"], info, video.select(info, start, end, fps))
     _single_line_error(caught.value, media["cfr"])
-    assert _ffmpeg_children() == []
+    assert ffmpeg_children() == []
 
 
 def test_reader_span_of_a_damaged_clip(media: dict[str, Path], tmp_path: Path) -> None:
