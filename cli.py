@@ -75,7 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--source", type=Path, action="append", default=[], help="source face image (repeatable)")
     run.add_argument("--processors", nargs="+", metavar="ID", help=f"chain, in order: {', '.join(registry())}")
     run.add_argument("--preset", help="preset name (presets/NAME.toml) or TOML file; default: 'default'")
-    run.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE", help="override one setting")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="ID.FIELD=VALUE",
+        help="override one setting (every setting: `python launch.py presets options`)",
+    )
     run.add_argument("--backend", choices=["auto", "onnx", "torch"])
     run.add_argument("--device", help="auto, cpu, cuda or cuda:N")
     run.add_argument("--offline", action="store_true", help="never download models")
@@ -140,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     pcheck = psub.add_parser("check", help="validate preset files (default: all built-in ones)")
     pcheck.add_argument("files", nargs="*", type=Path)
     psub.add_parser("schema", help="JSON Schema of a preset")
+    poptions = psub.add_parser("options", help="every setting: values or range, unit, default, when it applies")
+    poptions.add_argument("groups", nargs="*", metavar="GROUP", help="processor ids or faces, video, runtime")
 
     doctor = sub.add_parser("doctor", help="check this machine: packages, ffmpeg, providers, GPU, folders, models")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (keys: see README)")
@@ -252,6 +260,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.cluster is None:
         raise UsageError("--workers needs --cluster")
     job = job_from_args(args)
+    for setting in job.ignored_settings():
+        print(f"note: {setting} is ignored with these settings", file=sys.stderr)
     require_consent(args.yes)
     if args.demo:
         DEMO_DIR.mkdir(parents=True, exist_ok=True)
@@ -515,6 +525,9 @@ def cmd_presets(args: argparse.Namespace) -> int:
     if args.action == "schema":
         print(json.dumps(preset_schema(registry()), indent=2))
         return 0
+    if args.action == "options":
+        print(settings_help(args.groups))
+        return 0
     if args.action == "list":
         for path in sorted(PRESETS_DIR.glob("*.toml")):
             preset = Preset.parse(load_preset_raw(path), registry())
@@ -530,6 +543,26 @@ def cmd_presets(args: argparse.Namespace) -> int:
             failed += 1
             print(f"invalid  {path}: {exc}")
     return 2 if failed else 0
+
+
+def settings_help(groups: Sequence[str] = ()) -> str:
+    """Every setting of the chosen groups (default: all) as `group.name  values; default; applies when …`, read
+    from the same declarations as the UI's widgets and the preset schema."""
+    from engine.job import SETTINGS_GROUPS
+    from engine.options import describe
+
+    models: dict[str, Any] = {**{pid: cls.Options for pid, cls in registry().items()}, **SETTINGS_GROUPS}
+    unknown = [g for g in groups if g not in models]
+    if unknown:
+        raise UsageError(f"unknown settings group {', '.join(unknown)}; valid: {', '.join(models)}")
+    manifest = Manifest.load()
+    lines = []
+    for group in groups or models:
+        title = registry()[group].title if group in registry() else group
+        lines.append(f"{group} — {title}")
+        for option in describe(models[group], model_choices=lambda task: [m.id for m in manifest.for_task(task)]):
+            lines.append(f"  {group}.{option.name}  {option.help_line()}")
+    return "\n".join(lines)
 
 
 # -- doctor ---------------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from engine.errors import InvalidJob
 from engine.faces.select import Order, Selector
 from engine.ffmpeg_commands import VIDEO_ENCODERS, X264_PRESETS
+from engine.options import Shown, ignored
 from engine.processor import FrameProcessor, ProcessorOptions
 
 Registry = Mapping[str, type[FrameProcessor]]
@@ -51,29 +52,31 @@ class VideoSettings(_Settings):
         default="libx264",
         description="libx264: H.264, plays everywhere; libx265: HEVC, smaller at the same quality (tagged hvc1)",
     )
-    crf: int = Field(default=18, ge=0, le=51, description="quality: lower is better and bigger (same scale for both)")
+    crf: Annotated[int, Shown(unit="CRF")] = Field(
+        default=18, ge=0, le=51, description="quality: lower is better and bigger (same scale for both)"
+    )
     preset: Literal[X264_PRESETS] = Field(  # type: ignore[valid-type]
         default="medium", description="encoder speed: slower presets make smaller files at the same quality"
     )
     keep_audio: bool = Field(default=True, description="copy the target's first audio stream into the output")
-    fps: float | None = Field(
+    fps: Annotated[float | None, Shown(unit="fps")] = Field(
         default=None,
         ge=1.0,
         le=240.0,
         allow_inf_nan=False,
         description="output frames per second, 1–240 (empty = the target's rate); audio stays in sync",
     )
-    trim_start: float = Field(
+    trim_start: Annotated[float, Shown(unit="s")] = Field(
         default=0.0, ge=0.0, allow_inf_nan=False, description="seconds into the target where the output starts"
     )
-    trim_end: float | None = Field(
+    trim_end: Annotated[float | None, Shown(unit="s")] = Field(
         default=None,
         gt=0.0,
         allow_inf_nan=False,
         description="seconds into the target where the output stops, exclusive (empty = the end)",
     )
 
-    segment_frames: int = Field(
+    segment_frames: Annotated[int, Shown(unit="frames", advanced=True)] = Field(
         default=600,
         ge=1,
         description="frames per segment: an interrupted job resumes from its last finished segment (--resume)",
@@ -93,19 +96,33 @@ class RuntimeSettings(_Settings):
     the models run (see `engine.memory.auto_batch`); `threads` 0 = one per core; `max_pixels`: the largest frame
     (width × height, pixels) accepted as a target or produced as an output."""
 
-    backend: Literal["auto", "onnx", "torch"] = "auto"
-    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda|cuda:\d+)$")
-    tensorrt: bool = Field(default=False, description="ONNX Runtime on CUDA: use TensorRT (engine cached)")
-    fp16: bool = Field(default=True, description="half precision where the device supports it (CUDA only)")
-    batch: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = Field(
-        default="auto", description="frames per model call: auto (from free memory) or a number"
+    backend: Literal["auto", "onnx", "torch"] = Field(
+        default="auto", description="auto: ONNX Runtime where the model has an ONNX file, else PyTorch"
     )
-    threads: int = Field(default=0, ge=0, le=1024)
-    compile: bool = Field(default=False, description="PyTorch: torch.compile the models (slow first call per size)")
+    device: Annotated[str, Shown(suggest=("auto", "cpu", "cuda", "cuda:0", "cuda:1"))] = Field(
+        default="auto",
+        pattern=r"^(auto|cpu|cuda|cuda:\d+)$",
+        description="auto (a GPU when there is one), cpu, cuda, cuda:N",
+    )
+    tensorrt: Annotated[bool, Shown(unless={"device": ("cpu",), "backend": ("torch",)})] = Field(
+        default=False, description="ONNX Runtime on CUDA: use TensorRT (engine cached)"
+    )
+    fp16: Annotated[bool, Shown(unless={"device": ("cpu",)})] = Field(
+        default=True, description="half precision where the device supports it (CUDA only)"
+    )
+    batch: Annotated[Annotated[int, Field(ge=1, le=256)] | Literal["auto"], Shown(suggest=("auto", 1, 2, 4, 8, 16))] = (
+        Field(default="auto", description="frames per model call: auto (from free memory) or a number")
+    )
+    threads: Annotated[int, Shown(advanced=True)] = Field(
+        default=0, ge=0, le=1024, description="CPU threads per model (0 = one per core)"
+    )
+    compile: Annotated[bool, Shown(unless={"backend": ("onnx",)}, advanced=True)] = Field(
+        default=False, description="PyTorch: torch.compile the models (slow first call per size)"
+    )
     offline: bool = Field(default=False, description="never download; fail naming the missing files")
     # 8192×8192: beyond every camera and 8K video, and below Pillow's decompression-bomb refusal (179 MP). A frame
     # this size is already ~200 MB as RGB, times the batch, times each model's working copies.
-    max_pixels: int = Field(
+    max_pixels: Annotated[int, Shown(unit="pixels", advanced=True)] = Field(
         default=8192 * 8192,
         ge=1,
         description="largest target or output frame, width × height in pixels; bigger jobs are refused up front",
@@ -122,16 +139,30 @@ class FacesSettings(_Settings):
     analyser: Literal["embedded", "buffalo_l"] = Field(
         default="embedded", description="embedded: dlib, offline; buffalo_l: InsightFace (download, non-commercial)"
     )
-    detector: Literal["hog", "cnn"] = Field(default="hog", description="embedded analyser: HOG (fast) or CNN (slow)")
+    detector: Annotated[Literal["hog", "cnn"], Shown(when={"analyser": ("embedded",)})] = Field(
+        default="hog", description="embedded analyser: HOG (fast) or CNN (slow)"
+    )
     selector: Selector = Field(
         default="one", description="one face (by order), every face, or faces like the reference"
     )
-    order: Order = "largest"
-    reference_image: Path | None = Field(default=None, description="image of the person to replace")
-    reference_frame: int = Field(default=0, ge=0, description="else: the target frame the reference face is taken from")
-    reference_distance: float | None = Field(default=None, gt=0.0)
-    redetect_every: int = Field(default=10, ge=1, le=1000, description="frames between full detections")
-    qa_every: int = Field(default=1, ge=0, description="identity QA on every Nth processed frame (0 = off)")
+    order: Annotated[Order, Shown(when={"selector": ("one",)})] = Field(
+        default="largest", description="which face `one` takes first"
+    )
+    reference_image: Annotated[Path | None, Shown(when={"selector": ("reference",)})] = Field(
+        default=None, description="image of the person to replace"
+    )
+    reference_frame: Annotated[int, Shown(when={"selector": ("reference",)})] = Field(
+        default=0, ge=0, description="else: the target frame the reference face is taken from"
+    )
+    reference_distance: Annotated[float | None, Shown(when={"selector": ("reference",)})] = Field(
+        default=None, gt=0.0, description="same-person threshold (empty: the analyser's)"
+    )
+    redetect_every: Annotated[int, Shown(unit="frames", advanced=True)] = Field(
+        default=10, ge=1, le=1000, description="frames between full detections"
+    )
+    qa_every: Annotated[int, Shown(unit="frames", advanced=True)] = Field(
+        default=1, ge=0, description="identity QA on every Nth processed frame (0 = off)"
+    )
 
 
 SETTINGS_GROUPS: Mapping[str, type[_Settings]] = MappingProxyType(
@@ -154,6 +185,12 @@ class Preset(BaseModel):
     def parse(cls, raw: Mapping[str, Any], registry: Registry) -> Preset:
         """Validate a raw preset mapping against `registry`; raises InvalidJob with a one-line reason."""
         return cls(**_parse_common(raw, registry, allowed=set()))
+
+    def ignored_settings(self) -> list[str]:
+        """Settings given explicitly that do not apply to the rest of the chain's choices (e.g.
+        `face_swapper.poisson` with InSwapper), each with its condition; only for processors in the chain."""
+        out = [line for pid in self.processors if pid in self.options for line in ignored(self.options[pid], pid)]
+        return out + [line for name in SETTINGS_GROUPS for line in ignored(getattr(self, name), name)]
 
     def to_raw(self) -> dict[str, Any]:
         """The raw mapping (TOML/JSON-ready) that `parse` turns back into an equal object."""

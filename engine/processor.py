@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.types import Face, Frame
 
@@ -19,12 +19,15 @@ class ProcessorOptions(BaseModel):
     """Base of every processor's `Options`: strict (unknown keys are errors) and immutable.
 
     `backend` overrides the job's `runtime.backend` for this processor alone (None = the job's choice).
-    Field descriptions and bounds drive the CLI's `--set` help, preset validation and (later) the UI widgets.
+    Field descriptions, bounds and `engine.options.Shown` metadata (unit, when the option applies, catalogue
+    choices) drive the UI's widgets, the CLI's settings help (`presets options`) and the preset schema alike.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Literal["auto", "onnx", "torch"] | None = None
+    backend: Literal["auto", "onnx", "torch"] | None = Field(
+        default=None, description="this processor's backend, overriding the job's runtime.backend (empty: the job's)"
+    )
 
 
 OptionsT = TypeVar("OptionsT", bound=ProcessorOptions)

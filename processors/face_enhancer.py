@@ -9,7 +9,7 @@ otherwise the embedded model, so the enhancer works on a fresh machine.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -18,6 +18,7 @@ from engine.faces.align import estimate_affine, paste_back, transform_points, wa
 from engine.faces.masks import crop_mask
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_tensor, to_tensor
+from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Face, Frame
 
@@ -28,20 +29,28 @@ FACE_SIZE = 512
 
 
 class FaceEnhancerOptions(ProcessorOptions):
-    model: Literal["auto", "real_esrgan_face", "gfpgan_1_4", "gfpgan_1_3", "codeformer", "restoreformer"] = Field(
-        default="auto", description="auto: GFPGAN v1.4 when downloaded, else the embedded real_esrgan_face"
-    )
-    fidelity: float = Field(
+    model: Annotated[
+        Literal["auto", "real_esrgan_face", "gfpgan_1_4", "gfpgan_1_3", "codeformer", "restoreformer"],
+        Shown(models="face_enhancer"),
+    ] = Field(default="auto", description="auto: GFPGAN v1.4 when downloaded, else the embedded real_esrgan_face")
+    fidelity: Annotated[float, Shown(when={"model": ("codeformer",)})] = Field(
         default=0.5, ge=0.0, le=1.0, description="codeformer: 0 = strongest restoration, 1 = closest to the input"
     )
-    detail_model: Literal["realesr_animevideov3", "real_esrgan_x4plus", "real_esrgan_x4plus_anime_6b"] = Field(
-        default="realesr_animevideov3", description="real_esrgan_face: the embedded ×4 model it runs"
+    detail_model: Annotated[
+        Literal["realesr_animevideov3", "real_esrgan_x4plus", "real_esrgan_x4plus_anime_6b"],
+        Shown(when={"model": ("auto", "real_esrgan_face")}, models="frame_enhancer"),
+    ] = Field(default="realesr_animevideov3", description="real_esrgan_face: the embedded ×4 model it runs")
+    blend: Annotated[int, Shown(unit="%")] = Field(
+        default=80, ge=0, le=100, description="% of the restored face over the original"
     )
-    blend: int = Field(default=80, ge=0, le=100, description="% of the restored face over the original")
     mask: Literal["box", "face"] = Field(default="face", description="feathered box, or cut to the face outline")
-    mask_padding: float = Field(default=0.0, ge=0.0, le=40.0, description="box padding, % of the crop")
+    mask_padding: Annotated[float, Shown(when={"mask": ("box",)}, unit="%")] = Field(
+        default=0.0, ge=0.0, le=40.0, description="box padding, % of the crop"
+    )
     mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="mask feather, fraction of the crop")
-    batch: int = Field(default=4, ge=1, le=64, description="faces per model call")
+    batch: Annotated[int, Shown(unit="faces", advanced=True)] = Field(
+        default=4, ge=1, le=64, description="faces per model call"
+    )
 
 
 class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):

@@ -8,7 +8,7 @@ Models: `landmark_warp` (embedded, offline: reshapes and re-textures the face fr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,7 @@ from engine.faces.landmark_swap import swap as landmark_swap
 from engine.faces.masks import crop_mask
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import to_tensor
+from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame
 
@@ -31,19 +32,29 @@ ARCFACE = "buffalo_l_w600k_r50"
 
 
 class FaceSwapperOptions(ProcessorOptions):
-    model: Literal["landmark_warp", "inswapper_128", "inswapper_128_fp16"] = Field(
-        default="landmark_warp", description="landmark_warp: embedded, offline; inswapper: download, non-commercial"
+    model: Annotated[Literal["landmark_warp", "inswapper_128", "inswapper_128_fp16"], Shown(models="face_swapper")] = (
+        Field(
+            default="landmark_warp", description="landmark_warp: embedded, offline; inswapper: download, non-commercial"
+        )
     )
-    blend: int = Field(default=100, ge=0, le=100, description="% of the swapped face over the original")
+    blend: Annotated[int, Shown(unit="%")] = Field(
+        default=100, ge=0, le=100, description="% of the swapped face over the original"
+    )
     mask: Literal["box", "face", "face_no_mouth"] = Field(
         default="face_no_mouth", description="paste-back mask: feathered box, face outline, or face without mouth"
     )
-    mask_padding: float = Field(default=0.0, ge=0.0, le=40.0, description="box mask padding, % of the crop")
+    mask_padding: Annotated[float, Shown(when={"mask": ("box",)}, unit="%")] = Field(
+        default=0.0, ge=0.0, le=40.0, description="box mask padding, % of the crop"
+    )
     mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="mask feather, fraction of the face size")
     colour: Literal["reinhard", "histogram", "none"] = Field(default="reinhard", description="colour transfer")
-    poisson: bool = Field(default=False, description="landmark_warp: Poisson (seamless) blend instead of feather")
-    reshape: bool = Field(default=True, description="landmark_warp: move jaw and brows to the source's proportions")
-    pixel_boost: Literal[128, 256, 512] = Field(
+    poisson: Annotated[bool, Shown(when={"model": ("landmark_warp",)})] = Field(
+        default=False, description="landmark_warp: Poisson (seamless) blend instead of feather"
+    )
+    reshape: Annotated[bool, Shown(when={"model": ("landmark_warp",)})] = Field(
+        default=True, description="landmark_warp: move jaw and brows to the source's proportions"
+    )
+    pixel_boost: Annotated[Literal[128, 256, 512], Shown(unless={"model": ("landmark_warp",)}, unit="px")] = Field(
         default=128, description="inswapper: output size of the swapped face (k×k interleaved model runs)"
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import cv2
 import numpy as np
@@ -17,6 +17,7 @@ from engine.memory import available_memory
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_tensor, to_tensor
+from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame
 
@@ -29,19 +30,21 @@ def _model_ids() -> list[str]:
 
 
 class FrameEnhancerOptions(ProcessorOptions):
-    model: str = Field(
+    model: Annotated[str, Shown(models="frame_enhancer")] = Field(
         default="realesr_animevideov3",
         description="Real-ESRGAN model (all embedded ones work offline)",
         json_schema_extra=lambda schema: schema.update(enum=_model_ids()),
     )
-    scale: float | None = Field(
+    scale: Annotated[float | None, Shown(unit="× input")] = Field(
         default=None,
         ge=1.0,
         le=4.0,
         description="output size ÷ input size; default the model's native scale; below it the output is resized down",
     )
-    blend: int = Field(default=100, ge=0, le=100, description="% of the enhanced frame over a plain bicubic resize")
-    tile: int = Field(
+    blend: Annotated[int, Shown(unit="%")] = Field(
+        default=100, ge=0, le=100, description="% of the enhanced frame over a plain bicubic resize"
+    )
+    tile: Annotated[int, Shown(unit="px", advanced=True)] = Field(
         default=0,
         ge=0,
         description="tile edge in input pixels; 0 = automatic: the whole frame when it fits in memory, else the "
