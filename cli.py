@@ -139,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--queue-size", type=int, default=16, help="jobs that may wait at once")
     ui.add_argument("--ready-preset", default="default", help="preset whose models /readyz requires (name or file)")
     ui.add_argument("--min-free-gb", type=float, default=1.0, help="free temp space /readyz requires, in GB")
+    ui.add_argument(
+        "--keep-hours",
+        type=float,
+        default=24.0,
+        help="how long a session's results and history are kept after its last request (default 24)",
+    )
 
     presets = sub.add_parser("presets", help="list, check and describe presets")
     psub = presets.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -504,9 +510,12 @@ def ui_settings(args: argparse.Namespace) -> Any:
         raise UsageError(f"--port must be 1–65535, got {args.port}")
     if args.queue_size < 1:
         raise UsageError("--queue-size must be at least 1")
+    if not args.keep_hours > 0:
+        raise UsageError(f"--keep-hours must be above 0, got {args.keep_hours:g}")
     return UISettings(host=args.host, port=args.port, share=args.share, auth=auth,
                       max_file_size=args.max_file_size, queue_size=args.queue_size,
-                      ready_preset=args.ready_preset, min_free_gb=args.min_free_gb)  # fmt: skip
+                      ready_preset=args.ready_preset, min_free_gb=args.min_free_gb,
+                      keep_hours=args.keep_hours)  # fmt: skip
 
 
 def cmd_ui(args: argparse.Namespace) -> int:

@@ -177,7 +177,7 @@ def run(
 
 
 def _warm_context(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: Any, frame: Frame) -> FrameContext:
-    faces = pipeline._face_stage(job, chain, runtime, info, video.select(info))
+    faces = pipeline.face_stage(job, chain, runtime, info, video.select(info))
     if faces is None:
         return FrameContext(index=0)
     ((_, ctx),) = list(faces.annotate([frame]))
@@ -198,7 +198,7 @@ def _stages(
                 break
     stages = [Stage("decode", decode)]
     start = time.perf_counter()
-    faces = pipeline._face_stage(job, chain, runtime, info, video.select(info))
+    faces = pipeline.face_stage(job, chain, runtime, info, video.select(info))
     setup = time.perf_counter() - start
     if faces is not None:
         analysis: list[float] = []

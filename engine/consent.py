@@ -7,6 +7,8 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from engine.home import home
+
 NOTICE_VERSION = 1
 
 NOTICE = (
@@ -21,8 +23,7 @@ ENV_ACCEPT = "FACESTUDIO_ACCEPT"
 
 def state_file() -> Path:
     """Where the acknowledgement is recorded: $FACESTUDIO_HOME/consent.json (default ~/.config/facestudio)."""
-    home = os.environ.get("FACESTUDIO_HOME") or Path.home() / ".config" / "facestudio"
-    return Path(home).expanduser() / "consent.json"
+    return home() / "consent.json"
 
 
 def accepted_by_env() -> bool:

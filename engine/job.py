@@ -14,6 +14,7 @@ A job adds `target`, `output` and `sources`.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from engine.errors import InvalidJob
 from engine.faces.select import Order, Selector
 from engine.ffmpeg_commands import VIDEO_ENCODERS, X264_PRESETS
+from engine.home import home
 from engine.options import Shown, ignored
 from engine.processor import FrameProcessor, ProcessorOptions
 
@@ -301,14 +303,62 @@ def apply_overrides(raw: Mapping[str, Any], sets: Sequence[str], registry: Regis
     return out
 
 
+PRESET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+PRESET_NAME_RULE = "1–64 letters, digits, - or _, starting with a letter or digit"
+
+
+def user_presets_dir() -> Path:
+    """Where the user's own presets live: `$FACESTUDIO_HOME/presets` (default ~/.config/facestudio/presets)."""
+    return home() / "presets"
+
+
+def preset_names() -> list[str]:
+    """The built-in presets' names, then the user's own (a user preset never shadows a built-in one)."""
+    builtin = sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
+    folder = user_presets_dir()
+    own = sorted(p.stem for p in folder.glob("*.toml") if p.stem not in builtin) if folder.is_dir() else []
+    return builtin + own
+
+
+def save_user_preset(name: str, preset: Preset) -> tuple[Path, bool]:
+    """Write `preset` as the user's preset `name` (`presets check` accepts the file). Returns (its path, whether
+    it replaced one of the user's presets). InvalidJob when the name breaks PRESET_NAME_RULE or is built-in."""
+    import tomli_w
+
+    name = (name or "").strip()
+    if not PRESET_NAME.match(name):
+        raise InvalidJob(f"preset name {name!r} is not allowed: use {PRESET_NAME_RULE}")
+    if (PRESETS_DIR / f"{name}.toml").is_file():
+        raise InvalidJob(f"{name!r} is a built-in preset; choose another name")
+    folder = user_presets_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.toml"
+    replaced = path.is_file()
+    tmp = folder / f".{name}.toml.partial"
+    tmp.write_text(tomli_w.dumps(_without_none(preset.to_raw())), encoding="utf-8")
+    tmp.replace(path)
+    return path, replaced
+
+
+def _without_none(raw: Any) -> Any:
+    """`raw` without None values (TOML has no null; a missing key means the default)."""
+    if isinstance(raw, dict):
+        return {k: _without_none(v) for k, v in raw.items() if v is not None}
+    if isinstance(raw, list | tuple):
+        return [_without_none(v) for v in raw]
+    return raw
+
+
 def load_preset_raw(name_or_path: str | Path) -> dict[str, Any]:
-    """Read a preset by name (a file in `presets/`) or path; InvalidJob naming the presets when not found."""
+    """Read a preset by name (built-in `presets/NAME.toml`, else the user's own) or path; InvalidJob naming the
+    presets when not found."""
     path = Path(name_or_path)
     if not path.suffix and not path.exists():
         path = PRESETS_DIR / f"{name_or_path}.toml"
+        if not path.is_file() and PRESET_NAME.match(str(name_or_path)):
+            path = user_presets_dir() / f"{name_or_path}.toml"
     if not path.is_file():
-        names = ", ".join(sorted(p.stem for p in PRESETS_DIR.glob("*.toml")))
-        raise InvalidJob(f"preset {str(name_or_path)!r} not found; built-in presets: {names}")
+        raise InvalidJob(f"preset {str(name_or_path)!r} not found; presets: {', '.join(preset_names())}")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

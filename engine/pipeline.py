@@ -185,7 +185,7 @@ def run(
     # The one choke point: every input and the output are checked before any frame is read or any model runs.
     checked = validate(job, chain, overwrite=overwrite)
     info, span, size = checked.info, checked.span, checked.output_size
-    faces = _face_stage(job, chain, runtime, info, span)
+    faces = face_stage(job, chain, runtime, info, span)
     job.output.parent.mkdir(parents=True, exist_ok=True)
     batch = batch_size(chain, runtime, info.width, info.height)
     segmented = None
@@ -248,7 +248,7 @@ class _Faces:
             self.empty_frames += not ctx.faces
 
 
-def _face_stage(
+def face_stage(
     job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: video.MediaInfo, span: video.Span
 ) -> _Faces | None:
     """The face stage when a processor of the chain needs faces (sources checked before any frame is read)."""
@@ -501,7 +501,7 @@ def segment_render(
 ) -> VideoRender:  # fmt: skip
     """What a worker renders segments of `job` with (`render_alone`): `info`, `span` and the output `size`
     (pixels) as the job's driver found them; the face stage (source analysed once) and the batch are its own."""
-    faces = _face_stage(job, chain, runtime, info, span)
+    faces = face_stage(job, chain, runtime, info, span)
     batch = batch_size(chain, runtime, info.width, info.height)
     return VideoRender(job, chain, runtime, info, span, size, faces, batch, BatchLimit(batch))
 

@@ -22,7 +22,7 @@ from engine.types import Frame
 from processors import REGISTRY, build_registry
 from tests.test_webui import Invert
 from webui import server
-from webui.app import Studio
+from webui.app import Studio, api_jobs
 from webui.jobs import JobQueue
 
 
@@ -51,7 +51,7 @@ def api(tmp_path: Path) -> Iterator[tuple[TestClient, JobQueue]]:
     Gate.gate.clear()
     Gate.waiting.clear()
     studio = Studio(build_registry([*REGISTRY.values(), Invert, Gate]), work_dir=tmp_path / "work")
-    jobs = JobQueue(studio, tmp_path / "jobs", max_queued=2)
+    jobs = api_jobs(studio, tmp_path / "jobs", max_queued=2)
     jobs.start()
     routes = server.routes(jobs, Readiness(studio.registry), auth=None, max_upload=200_000)
     try:
@@ -78,60 +78,80 @@ def submit(client: TestClient, target: Path, preset: str = "", *, name: str | No
         )
 
 
-def finished(client: TestClient, job_id: str) -> dict:
+def ask(client: TestClient, job: dict, path: str = "", method: str = "get", **kwargs):
+    """A request about `job` (the submit answer: id and token), with its token as the API asks."""
+    call = getattr(client, method)
+    return call(f"/api/jobs/{job['id']}{path}", headers={"X-Job-Token": job["token"]}, **kwargs)
+
+
+def finished(client: TestClient, job: dict) -> dict:
     """The job's status once the worker has finished it (the worker's progress decides when)."""
-    while (status := client.get(f"/api/jobs/{job_id}").json())["status"] in {"queued", "running"}:
+    while (status := ask(client, job).json())["status"] in {"queued", "running"}:
         time.sleep(0.05)
     return status
 
 
-def test_a_job_runs_and_its_result_and_sidecar_are_served_by_id(api, media) -> None:
+def test_a_job_runs_and_its_result_and_sidecar_go_to_its_submitter_alone(api, media) -> None:
     client, jobs = api
-    response = submit(client, media["photo"], json.dumps({"processors": ["invert"]}), name="../../evil name.png")
+    response = submit(client, media["photo"], json.dumps({"processors": ["invert"]}), name="../../my holiday.png")
     assert response.status_code == 202
-    job_id = response.json()["id"]
-    assert len(job_id) >= 20 and job_id != submit(client, media["photo"], '{"processors": ["invert"]}').json()["id"]
-    status = finished(client, job_id)
-    assert status == {"id": job_id, "status": "done", "progress": {"done": 1, "total": 1}, "error": None}
-    result = client.get(f"/api/jobs/{job_id}/result")
+    job = response.json()
+    assert len(job["id"]) >= 20 and len(job["token"]) >= 20
+    assert job["id"] != submit(client, media["photo"], '{"processors": ["invert"]}').json()["id"]
+    status = finished(client, job)
+    assert status == {"id": job["id"], "status": "done", "progress": {"done": 1, "total": 1}, "error": None}
+    result = ask(client, job, "/result")
     assert result.status_code == 200
-    saved = next((jobs.folder / job_id).glob("*-facestudio.png"))
-    assert saved.read_bytes() == result.content
+    # Named after the client's own file name (made safe), not after a counter or the server's choice.
+    assert result.headers["content-disposition"].endswith('filename="my_holiday-facestudio.png"')
     original = video.read_image(media["photo"])[0].astype(int)
+    saved = jobs.folder / job["id"] / "my_holiday-facestudio.png"
+    assert saved.read_bytes() == result.content
     assert np.array_equal(video.read_image(saved)[0].astype(int), 255 - original)
-    sidecar = client.get(f"/api/jobs/{job_id}/result", params={"sidecar": 1})
+    sidecar = ask(client, job, "/result", params={"sidecar": 1})
     assert sidecar.headers["content-type"] == "application/json"
-    assert sidecar.json()["job"]["processors"] == ["invert"]
-    # The client's file name is never used on disk: the job folder holds only names the server chose.
-    assert sorted(p.name for p in (jobs.folder / job_id).iterdir() if "facestudio" not in p.name) == ["target.png"]
+    data = sidecar.json()
+    assert data["job"]["processors"] == ["invert"]
+    assert (data["job"]["target"], data["input"]["path"], data["output"]["path"]) == (
+        "my_holiday.png",
+        "my_holiday.png",
+        "my_holiday-facestudio.png",
+    )
+    assert str(jobs.folder) not in sidecar.text and "/tmp" not in sidecar.text
+    # Without the token, or with another job's, the job does not exist for the client.
+    other = submit(client, media["photo"], '{"processors": ["invert"]}').json()
+    for headers in ({}, {"X-Job-Token": other["token"]}, {"X-Job-Token": job["token"] + "x"}):
+        for path in ("", "/result", "/result?sidecar=1"):
+            assert client.get(f"/api/jobs/{job['id']}{path}", headers=headers).status_code == 404
+        assert client.post(f"/api/jobs/{job['id']}/cancel", headers=headers).status_code == 404
 
 
 def test_a_video_job_reports_frames_and_cancels_between_batches(api, media) -> None:
     client, jobs = api
-    job_id = submit(client, media["clip"], GATED).json()["id"]
+    job = submit(client, media["clip"], GATED).json()
     assert Gate.waiting.wait(timeout=120)
-    running = client.get(f"/api/jobs/{job_id}").json()
+    running = ask(client, job).json()
     assert running["status"] == "running" and running["progress"] == {"done": 0, "total": 6}
-    assert client.post(f"/api/jobs/{job_id}/cancel").json()["status"] == "running"
+    assert ask(client, job, "/cancel", "post").json()["status"] == "running"
     Gate.gate.set()
-    status = finished(client, job_id)
+    status = finished(client, job)
     assert status["status"] == "cancelled" and status["error"].startswith("cancelled through the jobs API")
-    assert client.get(f"/api/jobs/{job_id}/result").status_code == 409
-    assert not list((jobs.folder / job_id).glob("*-facestudio*"))
+    assert ask(client, job, "/result").status_code == 409
+    assert not list((jobs.folder / job["id"]).glob("*-facestudio*"))
 
 
 def test_a_full_queue_refuses_and_a_queued_job_cancels_at_once(api, media) -> None:
     client, _ = api
-    first = submit(client, media["photo"], GATED).json()["id"]
+    first = submit(client, media["photo"], GATED).json()
     assert Gate.waiting.wait(timeout=120)
-    queued = [submit(client, media["photo"], GATED).json()["id"] for _ in range(2)]
+    queued = [submit(client, media["photo"], GATED).json() for _ in range(2)]
     full = submit(client, media["photo"], GATED)
     assert full.status_code == 503 and full.json()["detail"] == "2 jobs are waiting already; try again later"
     assert full.headers["retry-after"] == "30"
-    assert client.get(f"/api/jobs/{queued[0]}").json()["status"] == "queued"
-    cancelled = client.post(f"/api/jobs/{queued[0]}/cancel").json()
+    assert ask(client, queued[0]).json()["status"] == "queued"
+    cancelled = ask(client, queued[0], "/cancel", "post").json()
     assert (cancelled["status"], cancelled["error"]) == ("cancelled", "cancelled before it started")
-    assert client.get(f"/api/jobs/{queued[0]}/result").status_code == 409
+    assert ask(client, queued[0], "/result").status_code == 409
     Gate.gate.set()
     assert finished(client, first)["status"] == "done"
     assert finished(client, queued[1])["status"] == "done"
@@ -171,8 +191,8 @@ def test_refusals_are_4xx_with_one_line(api, media, preset: str, form: dict, cod
 
 def test_a_failing_job_says_why(api, media) -> None:
     client, _ = api
-    job_id = submit(client, media["photo"], '{"processors": ["face_swapper"]}').json()["id"]
-    status = finished(client, job_id)
+    job = submit(client, media["photo"], '{"processors": ["face_swapper"]}').json()
+    status = finished(client, job)
     assert status["status"] == "failed" and status["error"] == "face_swapper needs a source face: add --source IMAGE"
 
 
@@ -207,7 +227,7 @@ def test_uploads_over_the_limit_and_unknown_ids(api, media, tmp_path: Path) -> N
 
 def test_the_api_takes_the_uis_login_and_the_probes_stay_open(tmp_path: Path) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    jobs = JobQueue(studio, tmp_path / "jobs", max_queued=1)
+    jobs = api_jobs(studio, tmp_path / "jobs", max_queued=1)
     client = TestClient(FastAPI(routes=server.routes(jobs, Readiness(studio.registry), auth=AUTH, max_upload=1000)))
     assert client.get("/api/jobs/x").status_code == 401
     assert client.get("/api/jobs/x").headers["www-authenticate"] == "Basic"

@@ -1,5 +1,7 @@
-"""The web UI: the `run` API through gradio_client, what the server refuses to serve, concurrent clients, cells
-generated from the registry, presets, the preview path, and the serving flags."""
+"""The web UI without a browser: the `run` API through gradio_client, who may fetch which file (another client,
+no cookies), concurrent clients, cells generated from the registry and their option metadata, presets (built-in,
+the user's own, from a file), the preview path, names and messages without server paths, the run line, history,
+cancel, and the serving flags. The page itself is tested in Chromium (test_webui_browser.py)."""
 
 from __future__ import annotations
 
@@ -19,14 +21,19 @@ from pydantic import Field
 
 import cli
 from engine import demo, video
-from engine.errors import Cancelled, InvalidInput
-from engine.job import Preset, RuntimeSettings, load_preset_raw
+from engine.errors import Cancelled, InvalidInput, InvalidJob
+from engine.job import Preset, load_preset_raw, preset_names, save_user_preset
 from engine.models.manifest import MANIFEST_PATH
-from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame
 from processors import REGISTRY, build_registry
-from webui.app import Studio, UISettings, _UIProgress, launch
+from webui.app import Studio, UISettings, launch
+from webui.history import KEEP
+from webui.names import output_name, plain_name, scrub
+from webui.page import Page, RunState
+from webui.privacy import COOKIE, Owner, owner_from
+from webui.schedule import RunQueue, Ticket
+from webui.studio import user_message
 
 
 def free_port() -> int:
@@ -78,22 +85,31 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"clip": clip, "photo": photo, "source": demo.source_photo()}
 
 
-def run_api(url: str, target: Path, sources: list[Path], preset: dict[str, Any]) -> tuple[str, str, dict]:
+def run_api(url: str, target: Path, sources: list[Path], preset: dict[str, Any]) -> tuple[str, str, dict, Client]:
     client = Client(url, verbose=False)
-    return client.predict(
+    output, sidecar, report = client.predict(
         handle_file(str(target)), [handle_file(str(s)) for s in sources], json.dumps(preset), True, api_name="/run"
     )
+    return output, sidecar, report, client
 
 
 def test_api_runs_swap_and_frame_enhancer_on_a_video(ui: tuple[str, Studio], media: dict[str, Path]) -> None:
     url, _ = ui
     preset = {"processors": ["face_swapper", "frame_enhancer"], "frame_enhancer": {"scale": 2}}
-    output, sidecar, report = run_api(url, media["clip"], [media["source"]], preset)
+    output, sidecar, report, _ = run_api(url, media["clip"], [media["source"]], preset)
     info = video.probe(Path(output))
     assert (info.kind, info.frame_count, info.width, info.height, info.has_audio) == ("video", 8, 320, 180, True)
     assert report["frames"] == 8 and report["faces_processed"] == 8
+    # Named after the user's own file, and the sidecar names files as the user uploaded them.
+    assert Path(output).name == "clip-facestudio.mp4"
     job = json.loads(Path(sidecar).read_text())
     assert job["job"]["processors"] == ["face_swapper", "frame_enhancer"]
+    assert (job["job"]["target"], job["job"]["sources"], job["output"]["path"]) == (
+        "clip.mp4",
+        ["grace_hopper.jpg"],
+        "clip-facestudio.mp4",
+    )
+    assert '"/' not in Path(sidecar).read_text()  # no absolute path anywhere in it
     assert "Synthetic media" in video.read_video_metadata(Path(output)).get("comment", "")
 
 
@@ -104,18 +120,39 @@ def test_api_refuses_without_consent(ui: tuple[str, Studio], media: dict[str, Pa
         client.predict(handle_file(str(media["photo"])), [], "", False, api_name="/run")
 
 
-def test_files_outside_a_sessions_own_results_are_refused(ui: tuple[str, Studio], media: dict[str, Path]) -> None:
+def _server_file(studio: Studio, owner_cookie: str, name: str) -> Path:
+    """The cached copy of a result `name` shared with the owner of `owner_cookie`."""
+    owner = owner_from({COOKIE: owner_cookie}, None)
+    assert owner is not None
+    (path,) = [p for p in studio.guard.held_by(owner) if p.name == name and "gradio" in str(p)]
+    return path
+
+
+def test_results_and_uploads_are_served_to_their_owner_alone(ui: tuple[str, Studio], media: dict[str, Path]) -> None:
     url, studio = ui
-    output, _, _ = run_api(url, media["photo"], [], {"processors": ["invert"]})
-    # The session's own result, as Gradio handed it back, is served to it.
-    assert httpx.get(f"{url}gradio_api/file={output}").status_code == 200
-    # The same result in the session's work folder, a system file, and a path climbing out with `..` are not.
-    (in_work,) = [p for p in studio.work.rglob("*-photo-facestudio.png") if p.name == Path(output).name]
-    for path in (in_work, Path("/etc/passwd"), Path(output).parent / ".." / ".." / ".." / "etc" / "passwd"):
-        response = httpx.get(f"{url}gradio_api/file={path}")
-        assert response.status_code == 403, path
-    # Nor does a plain traversal through the URL escape the cache.
+    _, _, _, client = run_api(url, media["photo"], [], {"processors": ["invert"]})
+    cookie = client.cookies[COOKIE]
+    result = _server_file(studio, cookie, "photo-facestudio.png")
+    file_url = f"{url}gradio_api/file={result}"
+    assert httpx.get(file_url, cookies={COOKIE: cookie}).status_code == 200
+    # Another client (its own cookie), a client without cookies, and a forged cookie: 404.
+    assert httpx.get(file_url).status_code == 404
+    assert httpx.get(file_url, cookies={COOKIE: "f" * 64}).status_code == 404
+    other = httpx.get(f"{url}config")
+    assert COOKIE in other.cookies and other.cookies[COOKIE] != cookie
+    assert httpx.get(file_url, cookies={COOKIE: other.cookies[COOKIE]}).status_code == 404
+    # The same result in the session's private folder, a system file and a traversal are never served.
+    (in_work,) = [p for p in studio.work.rglob("photo-facestudio.png")]
+    for path in (in_work, Path("/etc/passwd"), result.parent / ".." / ".." / ".." / "etc" / "passwd"):
+        assert httpx.get(f"{url}gradio_api/file={path}", cookies={COOKIE: cookie}).status_code in (403, 404), path
     assert httpx.get(f"{url}gradio_api/file=../../../../etc/passwd").status_code in (403, 404)
+    # An upload is its uploader's alone too.
+    with media["photo"].open("rb") as handle:
+        upload = httpx.post(f"{url}gradio_api/upload", files={"files": ("mine.png", handle)}, cookies={COOKIE: cookie})
+    (uploaded,) = upload.json()
+    assert httpx.get(f"{url}gradio_api/file={uploaded}", cookies={COOKIE: cookie}).status_code == 200
+    assert httpx.get(f"{url}gradio_api/file={uploaded}").status_code == 404
+    assert httpx.get(f"{url}gradio_api/file={uploaded}", cookies={COOKIE: other.cookies[COOKIE]}).status_code == 404
 
 
 def test_upload_over_the_limit_is_refused(ui: tuple[str, Studio], tmp_path: Path) -> None:
@@ -133,7 +170,7 @@ def test_upload_over_the_limit_is_refused(ui: tuple[str, Studio], tmp_path: Path
 
 def test_four_clients_at_once_get_their_own_results(ui: tuple[str, Studio], media: dict[str, Path]) -> None:
     url, studio = ui
-    results: dict[int, tuple[str, str, dict]] = {}
+    results: dict[int, tuple[str, str, dict, Client]] = {}
     errors: list[BaseException] = []
 
     def client(i: int) -> None:
@@ -149,78 +186,318 @@ def test_four_clients_at_once_get_their_own_results(ui: tuple[str, Studio], medi
         t.join(timeout=300)
     assert not errors and sorted(results) == [0, 1, 2, 3]
     original = video.read_image(media["photo"])[0].astype(int)
-    for i, (output, _, _) in results.items():
+    cookies = {i: r[3].cookies[COOKIE] for i, r in results.items()}
+    assert len(set(cookies.values())) == 4
+    for i, (output, _, _, _) in results.items():
         expected = np.clip(200 + i - original, 0, 255)
         assert np.array_equal(video.read_image(Path(output))[0].astype(int), expected), i
-    # Each session worked in its own folder, and none of those folders is served to anyone.
-    sessions = [p for p in studio.work.iterdir() if p.is_dir() and list(p.glob("*-photo-facestudio.png"))]
-    assert len(sessions) >= 4
-    for folder in sessions:
-        for path in folder.glob("*-photo-facestudio.png"):
-            assert httpx.get(f"{url}gradio_api/file={path}").status_code == 403
+        # Each client's result is served to it, and to none of the other three.
+        served = f"{url}gradio_api/file={_server_file(studio, cookies[i], 'photo-facestudio.png')}"
+        for j, cookie in cookies.items():
+            assert httpx.get(served, cookies={COOKIE: cookie}).status_code == (200 if i == j else 404)
 
 
 def test_a_registered_processor_gets_its_cell(ui: tuple[str, Studio]) -> None:
-    url, studio = ui
+    url, _ = ui
     config = httpx.get(f"{url}config").json()
     labels = {c.get("props", {}).get("label") for c in config["components"]}
     assert "Toy inverter" in labels and "use toy inverter" in labels
     assert {"amount", "channels"} <= labels
     amount = next(c for c in config["components"] if c.get("props", {}).get("label") == "amount")
     assert (amount["type"], amount["props"]["minimum"], amount["props"]["maximum"]) == ("slider", 0, 255)
-    assert ("invert", "amount") in studio.keys and ("enable", "invert") in studio.keys
 
 
-def test_presets_load_into_widgets_and_save_valid(tmp_path: Path) -> None:
+def _component(config: dict, label: str) -> dict:
+    return next(c for c in config["components"] if c.get("props", {}).get("label") == label)
+
+
+def test_cells_follow_the_option_metadata(ui: tuple[str, Studio]) -> None:
+    url, _ = ui
+    config = httpx.get(f"{url}config").json()
+    # The frame enhancer's model is a closed set from the catalogue: a dropdown, labelled with availability.
+    models = [c for c in config["components"] if c.get("props", {}).get("label") == "model"]
+    frame_model = next(m for m in models if any("realesr_animevideov3 ·" in str(ch) for ch in m["props"]["choices"]))
+    assert frame_model["type"] == "dropdown"
+    # Units in the labels of bounded numbers, which are sliders.
+    assert _component(config, "blend (%)")["type"] == "slider"
+    # Options of other models are hidden while the default (landmark_warp) is chosen; its own are shown.
+    visible = {
+        c["props"]["label"]: c["props"].get("visible", True)
+        for c in config["components"]
+        if c.get("props", {}).get("label") in {"pixel boost (px)", "poisson", "reshape", "fidelity"}
+    }
+    assert visible == {"pixel boost (px)": False, "poisson": True, "reshape": True, "fidelity": False}
+    # The job's runtime settings have their own cell, and each processor's backend says what it overrides.
+    assert _component(config, "device")["type"] == "dropdown"
+    backends = [c for c in config["components"] if c.get("props", {}).get("label") == "backend"]
+    assert any(["the job's (auto)", "job"] in b["props"]["choices"] for b in backends)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("FACESTUDIO_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_presets_load_into_widgets_save_to_the_users_folder_and_refuse_bad_names(tmp_path: Path, home: Path) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    studio.build()
+    page = Page(studio)
+    page.build()
     for name in ("default", "swap_enhance", "upscale", "anime"):
         preset = Preset.parse(load_preset_raw(name), studio.registry)
-        values = studio.values_from(preset)
-        again = Preset.parse(studio.raw_from(values), studio.registry)
+        values = page.settings.values_from(preset)
+        again = Preset.parse(page.settings.raw_from(values), studio.registry)
         assert again.processors == preset.processors, name
         for pid in preset.processors:
             assert again.options[pid] == preset.options[pid], (name, pid)
         assert (again.faces, again.video, again.runtime) == (preset.faces, preset.video, preset.runtime)
-        saved = studio.save_preset(f"mine-{name}", values, tmp_path)
-        assert cli.main(["presets", "check", str(saved)]) == 0
+    values = page.settings.values_from(Preset.parse(load_preset_raw("upscale"), studio.registry))
+    update, message = page.on_save_preset("my-upscale", *values)
+    assert message == "saved preset my-upscale (in your presets folder)"
+    # At once in the picker (after the built-in ones), loadable by name here and by the CLI, valid for `check`.
+    assert update["choices"][-1] == "my-upscale" and update["value"] == "my-upscale"
+    assert preset_names()[-1] == "my-upscale"
+    assert cli.main(["presets", "check", str(home / "presets" / "my-upscale.toml")]) == 0
+    assert Preset.parse(load_preset_raw("my-upscale"), studio.registry).processors == ("frame_enhancer",)
+    assert page.on_save_preset("my-upscale", *values)[1].startswith("replaced preset my-upscale")
+    # Names are refused with the rule, never rewritten; built-in names are not taken over.
+    for bad in ("my preset", "../x", "", "-x", "a" * 65):
+        _, refused = page.on_save_preset(bad, *values)
+        assert "is not allowed: use 1–64 letters, digits, - or _, starting with a letter or digit" in refused, bad
+    assert "'default' is a built-in preset" in page.on_save_preset("default", *values)[1]
+    with pytest.raises(InvalidJob, match="is not allowed"):
+        save_user_preset("a/b", Preset.parse(load_preset_raw("default"), studio.registry))
 
 
-def test_preview_is_the_run_path(tmp_path: Path, media: dict[str, Path]) -> None:
+def test_a_preset_file_opens_into_the_widgets_and_a_bad_one_says_why(tmp_path: Path, home: Path) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    studio.build()
-    raw = {"processors": ["frame_enhancer"], "frame_enhancer": {"scale": 2}}
-    preview = studio.preview(raw, str(media["photo"]), [], 0)
-    report = studio.execute(raw, str(media["photo"]), [], tmp_path, None)
-    assert np.array_equal(preview, video.read_image(report.output)[0])
+    page = Page(studio)
+    page.build()
+    request = _request("o" * 64)
+    good = tmp_path / "mine.toml"
+    good.write_text('processors = ["frame_enhancer"]\n[frame_enhancer]\nscale = 2\n')
+    *values, message = page.on_open_preset(str(good), request)
+    assert message == "loaded mine.toml"
+    raw = page.settings.raw_from(values)
+    assert raw["processors"] == ["frame_enhancer"] and raw["frame_enhancer"]["scale"] == 2.0
+    bad = tmp_path / "broken.toml"
+    bad.write_text('processors = ["nope"]\n')
+    *_, message = page.on_open_preset(str(bad), request)
+    assert "broken.toml: unknown processor 'nope'" in message and str(tmp_path) not in message
 
 
-@pytest.mark.parametrize(
-    ("flags", "message"),
-    [
-        (["--share"], "--share makes the app public: add --auth USER:PASS"),
-        (["--share", "--auth", "justuser"], "--auth must be USER:PASS"),
-        (["--port", "0"], "--port must be 1–65535"),
-    ],
-)
-def test_unsafe_or_bad_serving_flags_exit_2(flags: list[str], message: str, capsys) -> None:
-    assert cli.main(["ui", *flags]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and message in err
+class _Request:
+    def __init__(self, cookie: str) -> None:
+        self.cookies = {COOKIE: cookie}
+        self.username = None
 
 
-def test_faces_cell_crops_faces_and_a_picked_one_becomes_the_reference(tmp_path: Path, media: dict[str, Path]) -> None:
+def _request(cookie: str) -> Any:
+    return _Request(cookie)
+
+
+def _session(studio: Studio, cookie: str = "a" * 64) -> Any:
+    return studio.session(owner_from({COOKIE: cookie}, None))
+
+
+def test_preview_is_the_run_path_and_numbers_the_faces(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    studio.build()
-    values = studio.values_from(Preset.parse(load_preset_raw("default"), studio.registry))
-    crops = studio.find_faces(str(media["photo"]), 0, values, tmp_path)
-    assert len(crops) == 1 and (tmp_path / "face-0.png").is_file()
-    raw = {
-        "processors": ["face_swapper"],
-        "faces": {"selector": "reference", "reference_image": str(tmp_path / "face-0.png")},
-    }
-    report = studio.execute(raw, str(media["photo"]), [str(media["source"])], tmp_path, None)
+    session = _session(studio)
+    raw = {"processors": ["face_swapper"]}
+    preview = studio.preview(session, raw, str(media["photo"]), [str(media["source"])], 0)
+    report, entry = studio.run_for(session, raw, str(media["photo"]), [str(media["source"])], None)
+    assert np.array_equal(preview.rendered.after, video.read_image(report.output)[0])
+    assert len(preview.rendered.detected) == len(preview.faces) == 1
+    # The before image has the face's box and number drawn; the files are the session's alone.
+    before = video.read_image(Path(preview.before))[0]
+    x1, y1, x2, y2 = (round(v) for v in preview.rendered.detected[0].box)
+    assert np.abs(before[y1 + 5 : y2 - 5, x1].astype(int) - [255, 140, 0]).max() < 40  # the box's left edge
+    assert studio.guard.allows(session.owner, Path(preview.before).resolve())
+    assert not studio.guard.allows(_session(studio, "b" * 64).owner, Path(preview.before).resolve())
+    # A processor option change re-runs the chain alone: the faces of the frame are kept.
+    again = studio.preview(
+        session, {**raw, "face_swapper": {"blend": 50}}, str(media["photo"]), [str(media["source"])], 0
+    )
+    assert again.rendered.faces_ms < preview.rendered.faces_ms
+    assert entry.target == "photo.png" and entry.sources == ("grace_hopper.jpg",)
+
+
+def test_a_preview_over_max_pixels_is_refused_like_a_run(tmp_path: Path, media: dict[str, Path]) -> None:
+    studio = Studio(work_dir=tmp_path / "work")
+    session = _session(studio)
+    raw = {"processors": ["frame_enhancer"], "runtime": {"max_pixels": 1000}}
+    with pytest.raises(InvalidInput, match=r"photo.png is 512×512 = 262144 pixels, above runtime.max_pixels=1000"):
+        studio.preview(session, raw, str(media["photo"]), [], 0)
+
+
+def test_faces_of_a_source_without_a_face_are_reported_at_once(tmp_path: Path, media: dict[str, Path]) -> None:
+    studio = Studio(work_dir=tmp_path / "work")
+    session = _session(studio)
+    blank = tmp_path / "empty wall.png"
+    video.write_image(blank, np.full((200, 200, 3), 120, np.uint8))
+    from engine.job import FacesSettings
+
+    pictures, problems = studio.source_faces(session, [str(media["source"]), str(blank)], FacesSettings())
+    assert [caption for _, caption in pictures] == ["grace_hopper.jpg"]
+    assert problems == ["empty_wall.png: no face found — use a photo where one face is clearly visible"]
+    picture = video.read_image(Path(pictures[0][0]))[0]
+    assert picture.shape == (192, 192, 3)
+    # The thumbnail holds the whole face: the detector finds it again, well inside the square.
+    (face,) = studio.service.find_faces(picture, FacesSettings())
+    assert face.box[0] > 10 and face.box[2] < 182 and face.box[1] > 10 and face.box[3] < 182
+
+
+def test_a_picked_face_becomes_the_reference_and_is_shown(tmp_path: Path, media: dict[str, Path]) -> None:
+    studio = Studio(work_dir=tmp_path / "work")
+    session = _session(studio)
+    preview = studio.preview(session, {"processors": ["face_swapper"]}, str(media["photo"]), [str(media["source"])], 0)
+    reference = studio.reference_from(session, preview.faces[0])
+    assert studio.guard.allows(session.owner, Path(reference).resolve())
+    raw = {"processors": ["face_swapper"], "faces": {"selector": "reference", "reference_image": reference}}
+    report, _ = studio.run_for(session, raw, str(media["photo"]), [str(media["source"])], None)
     assert report.faces_processed == 1
+    # Another session cannot make someone else's face picture its reference.
+    with pytest.raises(InvalidInput, match="not one of this session's"):
+        studio.reference_from(_session(studio, "c" * 64), preview.faces[0])
+
+
+def test_messages_and_sidecars_name_files_as_the_user_knows_them(tmp_path: Path, media: dict[str, Path]) -> None:
+    names = {"/tmp/gradio/abc123/holiday.mp4": "holiday.mp4"}
+    message = user_message(InvalidInput("/tmp/gradio/abc123/holiday.mp4 has no video stream; see /srv/x/y.log"), names)
+    assert message == "holiday.mp4 has no video stream; see y.log"
+    assert scrub("C:\\Users\\me\\models\\a.onnx is missing", {}) == "a.onnx is missing"
+    assert plain_name("../../my holiday (1).MP4") == "my_holiday_1.MP4"
+    assert output_name("holiday.mp4", ".mp4", {"holiday-facestudio.mp4"}) == "holiday-facestudio-2.mp4"
+    studio = Studio(work_dir=tmp_path / "work")
+    session = _session(studio)
+    report, _ = studio.run_for(
+        session, {"processors": ["face_swapper"]}, str(media["photo"]), [str(media["source"])], None
+    )
+    text = report.sidecar.read_text()
+    assert str(tmp_path) not in text and str(media["photo"].parent) not in text
+    assert json.loads(text)["job"]["target"] == "photo.png"
+    # A failure names the upload by its name, not its server path.
+    with pytest.raises(InvalidInput) as caught:
+        studio.run_for(
+            session, {"processors": ["face_swapper"]}, str(media["photo"]), [str(tmp_path / "nope.jpg")], None
+        )
+    assert str(tmp_path) not in user_message(caught.value, session.names) and "nope.jpg" in user_message(
+        caught.value, session.names
+    )
+
+
+def _hold(line: RunQueue, ticket: Ticket, entered: threading.Event, release: threading.Event) -> threading.Thread:
+    """A thread that takes `ticket`'s turn, says so, and keeps it until `release`."""
+
+    def hold() -> None:
+        try:
+            with line.turn(ticket):
+                entered.set()
+                release.wait(30)
+        except Cancelled:
+            entered.set()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    return thread
+
+
+def test_the_run_line_gives_places_and_waits_from_measured_speed() -> None:
+    line = RunQueue()
+    first = Ticket(("invert",), frames=100, megapixel_frames=100.0)
+    second = Ticket(("invert",), frames=50, megapixel_frames=50.0)
+    release = threading.Event()
+    running, turn = threading.Event(), threading.Event()
+    threads = [_hold(line, first, running, release)]
+    assert running.wait(10)
+    threads.append(_hold(line, second, turn, release))
+    while second not in line._line:  # the second job has joined the line
+        threading.Event().wait(0.01)
+    assert line.place(first).running
+    assert line.place(second).ahead == 1 and line.place(second).wait is None  # nothing measured yet
+    line.progress(first, 0)
+    assert first.started is not None
+    first.started -= 10.0  # 10 s for the first 25 frames: 0.4 s a frame = 0.4 s per megapixel-frame
+    line.progress(first, 25)
+    place = line.place(second)
+    assert place.ahead == 1 and not place.running
+    assert place.wait == pytest.approx(75 * 0.4, rel=0.05)  # the 75 frames left of the running job
+    assert not turn.is_set()
+    # A job cancelled while it waits leaves the line, saying so.
+    late = Ticket(("invert",), 1, 1.0)
+    late.cancel.set()
+    with pytest.raises(Cancelled, match="cancelled while waiting in line"), line.turn(late):
+        pass
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert turn.is_set()
+    assert line.seconds_per_megapixel_frame(("invert",)) == pytest.approx(0.4, rel=0.2)
+
+
+def test_run_state_says_stage_frames_fps_and_eta() -> None:
+    cancel = threading.Event()
+    state = RunState(cancel)
+    assert state.text().startswith("preparing")
+    from webui.schedule import Place
+
+    state.queued(Place(ahead=2, running=False, wait=22.0))
+    assert state.text() == "waiting: 2nd in line — about 22 s"
+    state.stage("frames", 100)
+    state.started -= 10.0
+    state.advance(20)
+    assert state.text() == "rendering: 20 of 100 frames, 2.00 fps, about 40 s left"
+    state.advance(80)
+    assert state.text().startswith("finishing: 100 of 100 frames done")
+    cancel.set()
+    with pytest.raises(Cancelled, match="cancelled from the UI"):
+        state.advance()
+
+
+def test_cancel_stops_the_job_and_leaves_no_output(tmp_path: Path, media: dict[str, Path]) -> None:
+    studio = Studio(work_dir=tmp_path / "work")
+    session = _session(studio)
+
+    class PressCancel(RunState):
+        def advance(self, n: int = 1) -> None:
+            session.cancel.set()  # the user presses Cancel as soon as the first frames are done
+            super().advance(n)
+
+    raw = {"processors": ["frame_enhancer"], "frame_enhancer": {"scale": 1}}
+    with pytest.raises(Cancelled, match="cancelled from the UI"):
+        studio.run_for(session, raw, str(media["clip"]), [], PressCancel(session.cancel))
+    assert not list(session.folder.rglob("*.mp4*")) and session.history.entries() == []
+
+
+def test_history_is_kept_bounded_and_goes_with_the_session(tmp_path: Path, media: dict[str, Path]) -> None:
+    studio = Studio(build_registry([*REGISTRY.values(), Invert]), work_dir=tmp_path / "work")
+    session = _session(studio)
+    for amount in (10, 20):
+        studio.run_for(session, {"processors": ["invert"], "invert": {"amount": amount}}, str(media["photo"]), [], None)
+    entries = session.history.entries()
+    assert [Path(e.output).name for e in entries] == ["photo-facestudio-2.png", "photo-facestudio.png"]
+    assert entries[0].settings == {"processors": ["invert"], "invert": {"amount": 20}}
+    assert all(Path(e.thumbnail or "").is_file() for e in entries)
+    # A new Studio object over the same folder (the page reloaded) finds the same history.
+    again = Studio(build_registry([*REGISTRY.values(), Invert]), work_dir=tmp_path / "work")
+    assert [e.id for e in _session(again).history.entries()] == [e.id for e in entries]
+    assert KEEP == 50
+    # An idle session expires with its files; one seen recently does not.
+    other = _session(studio, "d" * 64)
+    studio.seen(other.owner)
+    assert studio.expire(idle_seconds=-1) and not session.folder.exists()
+    assert studio.expire(idle_seconds=3600) == []
+
+
+def test_a_forged_cookie_or_login_never_names_a_folder(tmp_path: Path) -> None:
+    studio = Studio(work_dir=tmp_path / "work")
+    assert owner_from({COOKIE: "../victim"}, None) is None
+    assert owner_from({COOKIE: "x" * 10}, None) is None
+    with pytest.raises(InvalidInput, match="sent no session cookie"):
+        studio.session(None)
+    login = owner_from({}, "../../etc")
+    assert isinstance(login, Owner) and login.id.isalnum() and login.label == "../../etc"
+    assert studio.session(login).folder.parent == studio.work
 
 
 def test_models_cell_downloads_with_progress(server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,47 +510,46 @@ def test_models_cell_downloads_with_progress(server, tmp_path: Path, monkeypatch
              f'size = {item.size}\nsha256 = "{item.sha256}"')  # fmt: skip
     (tmp_path / "manifest.toml").write_text(text[:start] + entry + text[end:])
     monkeypatch.setenv("FACESTUDIO_MANIFEST", str(tmp_path / "manifest.toml"))
-    runtime = Runtime(RuntimeSettings())
-    assert Studio._availability(runtime.manifest.get("gfpgan_1_3"), runtime) == "missing"
-    calls: list[tuple[int, int | None]] = []
-    (path,) = Studio.download("gfpgan_1_3", runtime, lambda _: lambda done, total: calls.append((done, total)))
-    assert path.read_bytes() == payload and calls[-1] == (len(payload), len(payload))
-    assert Studio._availability(runtime.manifest.get("gfpgan_1_3"), runtime) == "downloaded"
-
-
-def test_cancel_stops_the_job_and_leaves_no_output(tmp_path: Path, media: dict[str, Path]) -> None:
+    monkeypatch.setenv("FACESTUDIO_MODELS", str(tmp_path / "models"))
     studio = Studio(work_dir=tmp_path / "work")
-    studio.build()
-    flag = threading.Event()
-    shown: list[Any] = []
+    status = studio.service.model("gfpgan_1_3")
+    assert (status.availability, status.downloadable, status.size) == ("missing", True, 200_000)
+    calls: list[tuple[int, int | None]] = []
+    (path,) = studio.service.fetch_model("gfpgan_1_3", lambda _: lambda done, total: calls.append((done, total)))
+    assert path.read_bytes() == payload and calls[-1] == (len(payload), len(payload))
+    status = studio.service.model("gfpgan_1_3")
+    assert (status.availability, status.downloadable) == ("downloaded", False)
 
-    def progress(value: Any, desc: str | None = None, unit: str | None = None) -> None:
-        shown.append((value, desc))
-        flag.set()  # the user presses Cancel as soon as the first progress shows
 
-    raw = {"processors": ["frame_enhancer"], "frame_enhancer": {"scale": 1}}
-    with pytest.raises(Cancelled, match="cancelled from the UI"):
-        studio.execute(raw, str(media["clip"]), [], tmp_path, _UIProgress(progress, flag))  # type: ignore[arg-type]
-    assert shown[0] == ((0, 8), "frames")
-    assert not list(tmp_path.glob("*.mp4*"))
+def test_a_failed_download_says_why_beside_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = MANIFEST_PATH.read_text().replace(
+        "https://github.com/TencentARC/GFPGAN/releases/download/v1.3.0/GFPGANv1.3.pth", "http://127.0.0.1:9/none.pth"
+    )
+    (tmp_path / "manifest.toml").write_text(text)
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(tmp_path / "manifest.toml"))
+    monkeypatch.setenv("FACESTUDIO_MODELS", str(tmp_path / "models"))
+    page = Page(Studio(work_dir=tmp_path / "work"))
+    message = page._download("gfpgan_1_3")(progress=lambda *a, **k: None)
+    assert message.startswith("<span class='fs-warn'>download failed: ") and "GFPGANv1.3.pth" in message
+    assert str(tmp_path) not in message
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--share"], "--share makes the app public: add --auth USER:PASS"),
+        (["--share", "--auth", "justuser"], "--auth must be USER:PASS"),
+        (["--port", "0"], "--port must be 1–65535"),
+        (["--keep-hours", "0"], "--keep-hours must be above 0"),
+    ],
+)
+def test_unsafe_or_bad_serving_flags_exit_2(flags: list[str], message: str, capsys) -> None:
+    assert cli.main(["ui", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
 
 
 def test_no_command_means_the_ui(capsys) -> None:
     # UI flags without a command go to `ui` (which refuses a share link without a login, before serving).
     assert cli.main(["--share"]) == 2
     assert "--share makes the app public" in capsys.readouterr().err
-
-
-def test_a_forged_session_hash_cannot_reach_outside_the_work_folder(tmp_path: Path) -> None:
-    studio = Studio(work_dir=tmp_path / "work")
-    victim = tmp_path / "victim"
-    victim.mkdir()
-
-    class Forged:
-        session_hash = "../victim"
-
-    with pytest.raises(InvalidInput, match="invalid session"):
-        studio.end_session(Forged())  # type: ignore[arg-type]
-    with pytest.raises(InvalidInput, match="invalid session"):
-        studio.session_dir(Forged())  # type: ignore[arg-type]
-    assert victim.is_dir()

@@ -1,10 +1,11 @@
-"""The jobs API's queue: jobs submitted over HTTP, run one at a time by a worker thread through `Studio.execute`.
+"""The jobs API's queue: jobs submitted over HTTP, run in order by a worker thread through the `execute` it is
+given — the studio's own (webui/studio.py: the engine service, the fair run line shared with UI runs, one job at a
+time on the GPU).
 
-`Studio.execute` is the UI's own entry point (Job.parse against the registry → the chain → `pipeline.run`), and it
-holds the Studio's model lock, so API jobs and UI runs share one GPU one job at a time. Job ids are random
-(`secrets.token_urlsafe`); a job's inputs and outputs live in its own folder under a private work directory and
-are handed out only by id. Finished jobs are kept (status and files) until `keep_finished` newer ones have
-finished; then the oldest is forgotten and its folder deleted.
+Job ids are random and each job has its own secret token, given once to the client that submitted it: status,
+cancel and result need both, so a job's result reaches that client alone. A job's inputs and outputs live in its
+own folder under a private work directory, named as the client named its files. Finished jobs are kept (status and
+files) until `keep_finished` newer ones have finished; then the oldest is forgotten and its folder deleted.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, Any, Literal
 
 from engine.errors import Cancelled, FacestudioError, InvalidInput
 from engine.job import Preset, load_preset_raw
 from engine.metrics import PROCESS_METRICS
-
-if TYPE_CHECKING:
-    from webui.app import Studio
+from engine.pipeline import RunReport
+from engine.progress import Progress
+from webui.names import scrub
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +62,16 @@ class UploadTooLarge(InvalidInput):
 
 @dataclass
 class JobRecord:
-    """One submitted job. `done`/`total`: frames of the current stage (an image is one frame)."""
+    """One submitted job. `done`/`total`: frames of the current stage (an image is one frame). `token`: the
+    secret only its submitter holds; `names`: server path → the file name the client gave."""
 
     id: str
     folder: Path
     raw: dict[str, Any]
     target: Path
     sources: list[Path]
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
+    names: dict[str, str] = field(default_factory=dict)
     status: Status = "queued"
     done: int = 0
     total: int | None = None
@@ -117,8 +121,9 @@ def parse_preset_text(text: str | None) -> dict[str, Any]:
     return value
 
 
-def copy_upload(source: IO[bytes], path: Path, limit: int) -> Path:
-    """Copy an uploaded file to `path`, refusing (and removing) it past `limit` bytes."""
+def copy_upload(source: IO[bytes], path: Path, limit: int, what: str) -> Path:
+    """Copy an uploaded file to `path`, refusing (and removing) it past `limit` bytes; `what` names it in the
+    message ("target", "source 2")."""
     written = 0
     with path.open("wb") as out:
         while chunk := source.read(1 << 20):
@@ -126,23 +131,20 @@ def copy_upload(source: IO[bytes], path: Path, limit: int) -> Path:
             if written > limit:
                 out.close()
                 path.unlink(missing_ok=True)
-                raise UploadTooLarge(f"the {path.stem} is over the server's upload limit of {limit} bytes a file")
+                raise UploadTooLarge(f"the {what} is over the server's upload limit of {limit} bytes a file")
             out.write(chunk)
     return path
 
 
-def upload_suffix(filename: str | None) -> str:
-    """The file ending of an uploaded name, kept only when it is plain (letters and digits): probing and the
-    output's kind go by it; the rest of the client's name is never used on disk."""
-    suffix = Path(filename or "").suffix.lower()
-    return suffix if suffix[1:].isalnum() and len(suffix) <= 8 else ""
+Execute = Callable[[JobRecord, Progress], RunReport]
 
 
 class JobQueue:
     """Jobs waiting (at most `max_queued`) and the worker thread that runs them in order."""
 
-    def __init__(self, studio: Studio, folder: Path, max_queued: int, keep_finished: int = 64) -> None:
-        self.studio = studio
+    def __init__(self, execute: Execute, registry: Any, folder: Path, max_queued: int, keep_finished: int = 64) -> None:
+        self.execute = execute
+        self.registry = registry
         self.folder = folder
         self.keep_finished = keep_finished
         self._queue: queue.Queue[JobRecord | None] = queue.Queue(maxsize=max_queued)
@@ -179,11 +181,14 @@ class JobQueue:
                 self._queue.get_nowait()
 
     # -- the API ----------------------------------------------------------------------------------------------
-    def submit(self, raw: dict[str, Any], save_inputs: Callable[[Path], tuple[Path, list[Path]]]) -> JobRecord:
-        """Validate the preset, store the inputs (`save_inputs(folder)` → target, sources) and queue the job.
+    def submit(
+        self, raw: dict[str, Any], save_inputs: Callable[[Path], tuple[Path, list[Path], dict[str, str]]]
+    ) -> JobRecord:
+        """Validate the preset, store the inputs (`save_inputs(folder)` → target, sources, their client names)
+        and queue the job.
 
         Raises InvalidJob for a bad preset, QueueFull when `max_queued` jobs wait already."""
-        if Preset.parse(raw, self.studio.registry).faces.reference_image is not None:
+        if Preset.parse(raw, self.registry).faces.reference_image is not None:
             # A path in the preset would name a file on the server, which a client has no business reading.
             raise InvalidInput("the jobs API takes no faces.reference_image (a server path); use faces.reference_frame")
         check_client_settings(raw)
@@ -193,8 +198,8 @@ class JobQueue:
         folder = self.folder / job_id
         folder.mkdir(parents=True)
         try:
-            target, sources = save_inputs(folder)
-            record = JobRecord(job_id, folder, raw, target, sources)
+            target, sources, names = save_inputs(folder)
+            record = JobRecord(job_id, folder, raw, target, sources, names=names)
             with self._lock:
                 self._jobs[job_id] = record
             try:
@@ -209,14 +214,18 @@ class JobQueue:
         PROCESS_METRICS.queue_depth.set(self._queue.qsize())
         return record
 
-    def get(self, job_id: str) -> JobRecord | None:
-        with self._lock:
-            return self._jobs.get(job_id)
-
-    def cancel(self, job_id: str) -> JobRecord | None:
-        """Cancel a queued job at once, a running one at its next batch; a finished job is left as it is."""
+    def get(self, job_id: str, token: str | None) -> JobRecord | None:
+        """The job `job_id` when `token` is its own (else None, as for an unknown id: nothing tells them apart)."""
         with self._lock:
             record = self._jobs.get(job_id)
+        if record is None or not token or not secrets.compare_digest(record.token.encode(), token.encode()):
+            return None
+        return record
+
+    def cancel(self, job_id: str, token: str | None) -> JobRecord | None:
+        """Cancel a queued job at once, a running one at its next batch; a finished job is left as it is."""
+        record = self.get(job_id, token)
+        with self._lock:
             if record is not None and record.status not in FINISHED:
                 record.cancel.set()
                 if record.status == "queued":
@@ -244,16 +253,14 @@ class JobQueue:
 
     def _run(self, record: JobRecord) -> None:
         try:
-            report = self.studio.execute(
-                record.raw, str(record.target), [str(s) for s in record.sources], record.folder, _JobProgress(record)
-            )
+            report = self.execute(record, _JobProgress(record))
         except Cancelled as exc:
-            record.status, record.error = "cancelled", str(exc)
+            record.status, record.error = "cancelled", scrub(str(exc), record.names)
         except FacestudioError as exc:
-            record.status, record.error = "failed", str(exc)
+            record.status, record.error = "failed", scrub(str(exc), record.names)
         except Exception as exc:  # a bug: the job fails with one line, the log keeps the traceback
             log.exception("internal error in job %s", record.id)
-            record.status, record.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
+            record.status, record.error = "failed", scrub(f"internal error: {type(exc).__name__}: {exc}", record.names)
         else:
             record.output, record.sidecar = report.output, report.sidecar
             record.done = record.total = report.frames

@@ -4,10 +4,13 @@
     GET  /readyz                  200 {"ready": true, "reasons": []} or 503 with the reasons (readiness)
     GET  /metrics                 Prometheus text format (engine.metrics)
     POST /api/jobs                multipart: target, sources (repeatable), preset (TOML or JSON text), consent=true
-                                  → 202 {"id": …}
+                                  → 202 {"id": …, "token": …}
     GET  /api/jobs/{id}           {"id", "status", "progress": {"done", "total"}, "error"}
     POST /api/jobs/{id}/cancel    the job's status after the request
     GET  /api/jobs/{id}/result    the output file; ?sidecar=1: the job sidecar (JSON)
+
+Every /api/jobs/{id} route needs the job's token in the `X-Job-Token` header: a job's status and result reach
+the client that submitted it alone (another client, with or without the login, gets 404 as for an unknown id).
 
 Errors are {"detail": "<one line>"}. With `--auth USER:PASS` the /api routes take the same login as HTTP basic
 auth; the probes and /metrics stay open (probes and scrapers do not log in; metrics carry no paths or ids).
@@ -21,7 +24,7 @@ import secrets
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, HTTPException, Request, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Header, HTTPException, Request, UploadFile
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
@@ -30,9 +33,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from engine.errors import InvalidInput
 from engine.health import Readiness
 from engine.metrics import PROCESS_METRICS
-from webui.jobs import JobQueue, JobRecord, QueueFull, UploadTooLarge, copy_upload, parse_preset_text, upload_suffix
+from webui.jobs import JobQueue, JobRecord, QueueFull, UploadTooLarge, copy_upload, parse_preset_text
+from webui.names import plain_name
 
 _basic = HTTPBasic(auto_error=False)
+# A job's own secret, given once by the submit answer (a module-level alias: FastAPI resolves annotations here).
+Token = Annotated[str | None, Header(alias="X-Job-Token", description="the token the submit answer gave")]
 # Source photos a job may bring: with the per-file limit this bounds a request's whole body.
 MAX_SOURCES = 8
 
@@ -67,10 +73,14 @@ def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None
 
     api = APIRouter(prefix="/api", dependencies=[Depends(login)])
 
-    def found(job_id: str) -> JobRecord:
-        record = jobs.get(job_id)
+    def found(job_id: str, token: str | None) -> JobRecord:
+        record = jobs.get(job_id, token)
         if record is None:
-            raise HTTPException(404, f"no job {job_id!r} (finished jobs are kept for a while, then forgotten)")
+            raise HTTPException(
+                404,
+                f"no job {job_id!r} for this token (send the token the submit answer gave as X-Job-Token; finished "
+                "jobs are kept for a while, then forgotten)",
+            )
         return record
 
     # The body is bounded before it is read (FastAPI stops reading past it with 413): it is parsed before the login
@@ -93,13 +103,19 @@ def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None
         if length.isdigit() and int(length) > max_upload * (1 + len(sources or [])) + (1 << 16):
             raise HTTPException(413, f"the upload is over the server's upload limit of {max_upload} bytes a file")
 
-        def save(folder: Path) -> tuple[Path, list[Path]]:
-            saved_target = copy_upload(target.file, folder / f"target{upload_suffix(target.filename)}", max_upload)
-            saved_sources = [
-                copy_upload(s.file, folder / f"source-{i}{upload_suffix(s.filename)}", max_upload)
-                for i, s in enumerate(sources or [])
-            ]
-            return saved_target, saved_sources
+        def save(folder: Path) -> tuple[Path, list[Path], dict[str, str]]:
+            # Each upload in a folder of its own under the name the client gave (made safe): the output and its
+            # sidecar are named after it, and two sources may share a name.
+            names: dict[str, str] = {}
+            saved: list[Path] = []
+            for i, upload in enumerate([target, *(sources or [])]):
+                name = plain_name(upload.filename or "", fallback="target" if i == 0 else f"source-{i}")
+                (folder / "inputs" / str(i)).mkdir(parents=True)
+                what = "target" if i == 0 else f"source {i}"
+                path = copy_upload(upload.file, folder / "inputs" / str(i) / name, max_upload, what)
+                names[str(path)] = name
+                saved.append(path)
+            return saved[0], saved[1:], names
 
         try:
             record = jobs.submit(parse_preset_text(preset), save)
@@ -109,19 +125,19 @@ def routes(jobs: JobQueue, readiness: Readiness, *, auth: tuple[str, str] | None
             raise HTTPException(503, str(exc), {"Retry-After": "30"}) from None
         except InvalidInput as exc:
             raise HTTPException(400, str(exc)) from None
-        return {"id": record.id}
+        return {"id": record.id, "token": record.token}
 
     @api.get("/jobs/{job_id}")
-    def status(job_id: str) -> dict[str, object]:
-        return found(job_id).as_json()
+    def status(job_id: str, token: Token = None) -> dict[str, object]:
+        return found(job_id, token).as_json()
 
     @api.post("/jobs/{job_id}/cancel")
-    def cancel(job_id: str) -> dict[str, object]:
-        return (jobs.cancel(job_id) or found(job_id)).as_json()
+    def cancel(job_id: str, token: Token = None) -> dict[str, object]:
+        return (jobs.cancel(job_id, token) or found(job_id, token)).as_json()
 
     @api.get("/jobs/{job_id}/result")
-    def result(job_id: str, sidecar: bool = False) -> FileResponse:
-        record = found(job_id)
+    def result(job_id: str, sidecar: bool = False, token: Token = None) -> FileResponse:
+        record = found(job_id, token)
         path = record.sidecar if sidecar else record.output
         if record.status != "done" or path is None:
             raise HTTPException(409, f"job {job_id} is {record.status}; its result is served once it is done")

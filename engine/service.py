@@ -1,0 +1,296 @@
+"""The engine as front ends see it: the CLI, the web UI, the jobs API and the live mode call this, nothing deeper.
+
+One `Service` per process holds the processor registry it was given (the engine never imports `processors/`),
+warm runtimes (models stay loaded between jobs), and small caches for single frames. It builds jobs and chains,
+runs jobs, renders single frames through the chain (previews; live streams keep their tracker through a
+`FrameRenderer`), finds faces, and lists, fetches and verifies models.
+
+Not thread-safe for model work by itself: callers serialise model work (runs, previews, face finding) with
+`model_lock`, as the UI and the jobs API do, so one job at a time uses the GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from engine import pipeline, video
+from engine.errors import InvalidInput
+from engine.faces import FaceAnalyser
+from engine.faces.stage import build_analyser
+from engine.job import FacesSettings, Job, Preset, RuntimeSettings
+from engine.models import fetch
+from engine.models.manifest import Manifest, ModelSpec
+from engine.models.runtime import ProgressFactory, Runtime
+from engine.processor import FrameContext, FrameProcessor
+from engine.progress import Progress
+from engine.types import Face, Frame
+
+Registry = Mapping[str, type[FrameProcessor]]
+Availability = Literal["embedded", "downloaded", "missing"]
+# Decoded target frames and face-stage results kept for previews: a user moves between a handful of frames.
+_FRAMES_KEPT = 8
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """One catalogue model as front ends list it. `size`: bytes of its smallest downloadable file (None when it
+    has none, or the size is unknown); `downloadable`: a published file of it is not here yet (an embedded model's
+    official original, or a downloaded model's file); `licence_line`: licence, commercial use and homepage."""
+
+    id: str
+    task: str
+    title: str
+    licence: str
+    commercial_use: bool
+    homepage: str
+    availability: Availability
+    size: int | None
+    downloadable: bool
+    licence_line: str
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One frame through the chain. `before`/`after`: H×W×3 uint8 RGB (after may be larger: upscalers).
+    `detected`: every face found on `before`, in the analyser's order (empty without face processors);
+    `chosen`: those the face processors worked on. `faces_ms`/`chain_ms`: the face stage's and the processors'
+    wall time for this call (0 for the face stage when its result was cached)."""
+
+    before: Frame
+    after: Frame
+    detected: tuple[Face, ...] = ()
+    chosen: tuple[Face, ...] = ()
+    faces_ms: float = 0.0
+    chain_ms: float = 0.0
+
+
+def file_key(path: Path) -> tuple[str, int, int]:
+    """What identifies a file's content for caching: its path, size and modification time (ns)."""
+    stat = Path(path).stat()
+    return str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns
+
+
+@dataclass
+class FrameRenderer:
+    """A chain with its face stage, ready to render single frames of one target.
+
+    Previews call `render(frame, index, track=False)` for frames in any order (the tracker restarts each time);
+    a live stream calls it with `track=True` for consecutive frames, so faces are tracked and smoothed from frame
+    to frame instead of detected on each. `update_chain` swaps the processors (an option changed) from the next
+    frame on, keeping the face stage."""
+
+    job: Job
+    runtime: Runtime
+    chain: list[FrameProcessor]
+    faces: Any = None  # pipeline's face stage with its source identity, None when no processor needs faces
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _found: dict[int, tuple[FrameContext, tuple[Face, ...]]] = field(default_factory=dict, repr=False)
+
+    def update_chain(self, chain: list[FrameProcessor]) -> None:
+        with self._lock:
+            self.chain = chain
+
+    def render(self, frame: Frame, index: int, *, track: bool = False) -> Rendered:
+        """`frame` (H×W×3 uint8 RGB, frame `index` of the target) through the chain, via `pipeline.process_frame`
+        (the path every batch of a run takes). Without `track`, the faces of frame `index` are found once and
+        kept, so changing a processor option re-runs only the chain."""
+        with self._lock:
+            started = time.perf_counter()
+            if self.faces is None:
+                ctx, detected = FrameContext(index=index), ()
+            elif not track and index in self._found:
+                ctx, detected = self._found[index]
+            else:
+                if not track:
+                    self.faces.stage.restart()
+                ((_, ctx),) = list(self.faces.annotate([frame], index))
+                detected = ctx.faces if track else tuple(self.faces.stage.analyser.detect(frame))
+                if not track:
+                    self._found[index] = (ctx, detected)
+                    while len(self._found) > _FRAMES_KEPT:
+                        self._found.pop(next(iter(self._found)))
+            faces_done = time.perf_counter()
+            after = pipeline.process_frame(self.chain, frame, ctx)
+            done = time.perf_counter()
+        return Rendered(frame, after, detected, ctx.faces, (faces_done - started) * 1000, (done - faces_done) * 1000)
+
+
+class Service:
+    """What every front end asks of the engine (see the module docstring)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        # Held by every piece of model work from any front end: one job at a time on the GPU, and the shared
+        # runtimes are used from one thread at a time.
+        self.model_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._runtimes: dict[RuntimeSettings, Runtime] = {}
+        self._frames: OrderedDict[tuple[Any, ...], Frame] = OrderedDict()
+        self._renderers: OrderedDict[tuple[Any, ...], FrameRenderer] = OrderedDict()
+
+    # -- jobs ---------------------------------------------------------------------------------------------------
+    def runtime(self, settings: RuntimeSettings, progress_factory: ProgressFactory | None = None) -> Runtime:
+        """One warm Runtime per runtime settings: models stay loaded between jobs."""
+        with self._lock:
+            if settings not in self._runtimes:
+                self._runtimes[settings] = Runtime(settings, progress_factory=progress_factory)
+            return self._runtimes[settings]
+
+    def preset(self, raw: Mapping[str, Any]) -> Preset:
+        return Preset.parse(raw, self.registry)
+
+    def job(self, raw: Mapping[str, Any], target: Path, output: Path, sources: Sequence[Path] = ()) -> Job:
+        return Job.parse(
+            {**raw, "target": str(target), "output": str(output), "sources": [str(s) for s in sources]}, self.registry
+        )
+
+    def chain(self, job: Preset, runtime: Runtime) -> list[FrameProcessor]:
+        """The job's processors in order; each loads its models now (once per job: sessions stay warm)."""
+        return [self.registry[pid](job.options[pid], runtime) for pid in job.processors]
+
+    def run(
+        self, job: Job, progress: Progress | None = None, *, overwrite: bool = False, **kwargs: Any
+    ) -> pipeline.RunReport:
+        """Run `job` on its warm runtime (the caller holds `model_lock` when it shares the process)."""
+        runtime = self.runtime(job.runtime)
+        return pipeline.run(job, self.chain(job, runtime), runtime, progress, overwrite=overwrite, **kwargs)
+
+    # -- single frames ------------------------------------------------------------------------------------------
+    def frame(self, target: Path, index: int, max_pixels: int) -> Frame:
+        """Frame `index` (0-based, clamped to the last) of an image or video target, H×W×3 uint8 RGB; refused, as
+        a run would refuse it, when the target's frames are over `max_pixels` (width × height)."""
+        key = (*file_key(target), index)
+        with self._lock:
+            if key in self._frames:
+                self._frames.move_to_end(key)
+                return self._frames[key]
+        info = video.probe(target)
+        if info.width * info.height > max_pixels:
+            raise InvalidInput(
+                f"{Path(target).name} is {info.width}×{info.height} = {info.width * info.height} pixels, above "
+                f"runtime.max_pixels={max_pixels}: scale it down first, or raise runtime.max_pixels"
+            )
+        frame = self._decode(Path(target), info, index)
+        with self._lock:
+            self._frames[key] = frame
+            while len(self._frames) > _FRAMES_KEPT:
+                self._frames.popitem(last=False)
+        return frame
+
+    @staticmethod
+    def _decode(target: Path, info: video.MediaInfo, index: int) -> Frame:
+        if info.kind == "image":
+            return video.read_image(target)[0]
+        last = None
+        with video.FrameReader(target) as reader:
+            for i, frame in enumerate(reader):
+                last = frame
+                if i >= index:
+                    break
+        if last is None:
+            raise InvalidInput(f"{target.name} has no frames")
+        return last
+
+    def renderer(self, raw: Mapping[str, Any], target: Path, sources: Sequence[Path] = ()) -> FrameRenderer:
+        """A FrameRenderer for these settings on `target`. The face stage (detector, source identity, reference)
+        is kept while the face settings, sources and target stay the same, so a processor option change costs
+        only the chain; the chain is rebuilt from `raw` every call (its models are warm)."""
+        job = self.job(raw, target, Path(target).with_name("preview.png"), sources)
+        runtime = self.runtime(job.runtime)
+        chain = self.chain(job, runtime)
+        key = (
+            job.faces,
+            job.runtime,
+            tuple(file_key(s) for s in sources),
+            file_key(target),
+            tuple(p.id for p in chain if p.needs_faces or p.needs_source),
+        )
+        with self._lock:
+            kept = self._renderers.get(key)
+        if kept is not None:
+            kept.update_chain(chain)
+            kept.job = job
+            return kept
+        info = video.probe(target)
+        span = video.select(info)
+        made = FrameRenderer(job, runtime, chain, pipeline.face_stage(job, chain, runtime, info, span))
+        with self._lock:
+            self._renderers[key] = made
+            while len(self._renderers) > _FRAMES_KEPT:
+                self._renderers.popitem(last=False)
+        return made
+
+    def preview(self, raw: Mapping[str, Any], target: Path, sources: Sequence[Path], index: int) -> Rendered:
+        """Frame `index` of `target` through the chain `raw` describes (the same path every batch of a run takes),
+        refused over `runtime.max_pixels` like a run."""
+        renderer = self.renderer(raw, target, sources)
+        frame = self.frame(target, index, renderer.job.runtime.max_pixels)
+        return renderer.render(frame, index)
+
+    # -- faces --------------------------------------------------------------------------------------------------
+    def analyser(self, settings: FacesSettings) -> FaceAnalyser:
+        """The warm analyser `settings` name (offline: embedded, or downloaded files already present)."""
+        return build_analyser(settings, self.runtime(RuntimeSettings(offline=True)))
+
+    def find_faces(self, image: Frame, settings: FacesSettings) -> list[Face]:
+        """Every face on `image` (H×W×3 uint8 RGB), largest first as the analyser orders them."""
+        return self.analyser(settings).detect(image)
+
+    # -- models -------------------------------------------------------------------------------------------------
+    def manifest(self) -> Manifest:
+        """The catalogue in use (the built-in one or $FACESTUDIO_MANIFEST's, plus this machine's exports)."""
+        return self.runtime(RuntimeSettings(offline=True)).manifest
+
+    def models(self) -> list[ModelStatus]:
+        """Every catalogue model with what is on this machine (file presence and size; hashing waits for use)."""
+        runtime = self.runtime(RuntimeSettings(offline=True))
+        return [self._status(spec, runtime) for spec in runtime.manifest.models.values()]
+
+    def model(self, model_id: str) -> ModelStatus:
+        runtime = self.runtime(RuntimeSettings(offline=True))
+        return self._status(runtime.manifest.get(model_id), runtime)
+
+    @staticmethod
+    def _status(spec: ModelSpec, runtime: Runtime) -> ModelStatus:
+        published = [f for f in spec.files if f.url is not None]
+
+        def here(f: Any) -> bool:
+            path = runtime.local_path(f)
+            return path.is_file() and (f.size is None or path.stat().st_size == f.size)
+
+        present = [f for f in published if here(f)]
+        availability: Availability = "embedded" if spec.embedded else "downloaded" if present else "missing"
+        size = min((f.size for f in published if f.size is not None), default=None)
+        return ModelStatus(
+            spec.id, spec.task, spec.title, spec.licence, spec.commercial_use, spec.homepage, availability, size,
+            len(present) < len(published) and not (availability == "downloaded"), spec.licence_line(),
+        )  # fmt: skip
+
+    def fetch_model(self, model_id: str, progress_factory: ProgressFactory | None = None) -> list[Path]:
+        """Download a model's files as `models fetch` does: an embedded model's official originals, else the file
+        the default backend loads. Returns the paths now present; typed errors (ModelUnavailable, ChecksumMismatch)
+        name what failed."""
+        runtime = self.runtime(RuntimeSettings(offline=True))
+        spec = runtime.manifest.get(model_id)
+        files = (
+            [f for f in spec.files if not f.embedded]
+            if spec.embedded
+            else [runtime.choose_file(spec, runtime.backend_for(None))]
+        )
+        return fetch.ensure(files, runtime.folders.models, offline=False, progress_factory=progress_factory)
+
+    def verify_models(self) -> list[tuple[str, str, str]]:
+        """(model id, file name, "ok" | "mismatch") for every downloaded model file present here."""
+        runtime = self.runtime(RuntimeSettings(offline=True))
+        out = []
+        for spec in runtime.manifest.models.values():
+            for f in spec.files:
+                if not f.embedded and runtime.local_path(f).is_file():
+                    out.append((spec.id, f.filename, fetch.verify(f, runtime.folders.models)))
+        return out

@@ -1,0 +1,181 @@
+"""Settings widgets generated from the settings models (a processor's `Options`, the faces, video and runtime
+groups) through `engine.options`: a closed set is a dropdown, a bounded number a slider with its unit, and an
+option shows only while it applies (its `Shown.when`/`unless`), so a new option or processor needs no UI code.
+
+`Settings` keeps every widget in one order and turns their values into a preset mapping and back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+from pydantic import BaseModel
+
+from engine.job import SETTINGS_GROUPS, Preset
+from engine.options import OptionView
+
+ENABLE = "enable"  # the group of the processor toggles: (ENABLE, processor id)
+BACKEND = "backend"  # the group of the per-processor backend choices: (BACKEND, processor id)
+JOB_BACKEND = "job"  # a processor's backend choice meaning "the job's runtime.backend"
+# Fields a cell sets with widgets of its own rather than a generated one.
+PROCESSOR_SKIP = frozenset({"backend"})
+
+
+@dataclass
+class Entry:
+    group: str
+    name: str
+    component: gr.Component
+    view: OptionView | None = None
+
+
+@dataclass
+class Settings:
+    """Every settings widget in one order — the order handlers receive their values in."""
+
+    models: dict[str, type[BaseModel]]
+    entries: list[Entry] = field(default_factory=list)
+
+    @property
+    def components(self) -> list[gr.Component]:
+        return [e.component for e in self.entries]
+
+    def add(self, group: str, name: str, component: gr.Component, view: OptionView | None = None) -> gr.Component:
+        self.entries.append(Entry(group, name, component, view))
+        return component
+
+    def index(self, group: str, name: str) -> int:
+        return next(i for i, e in enumerate(self.entries) if (e.group, e.name) == (group, name))
+
+    def component(self, group: str, name: str) -> gr.Component:
+        return self.entries[self.index(group, name)].component
+
+    def raw_from(self, values: Sequence[Any]) -> dict[str, Any]:
+        """The preset mapping the widgets' `values` describe (processors in registry order)."""
+        raw: dict[str, Any] = {"processors": []}
+        for entry, value in zip(self.entries, values, strict=True):
+            if entry.group == ENABLE:
+                if value:
+                    raw["processors"].append(entry.name)
+            elif entry.group == BACKEND:
+                if value != JOB_BACKEND:
+                    raw.setdefault(entry.name, {})["backend"] = value
+            elif entry.view is not None:
+                raw.setdefault(entry.group, {})[entry.name] = from_widget(entry.view, value)
+        return raw
+
+    def values_from(self, preset: Preset) -> list[Any]:
+        """Every widget's value for `preset` (the inverse of `raw_from`)."""
+        values = []
+        for entry in self.entries:
+            if entry.group == ENABLE:
+                values.append(entry.name in preset.processors)
+            elif entry.group == BACKEND:
+                options = preset.options.get(entry.name)
+                values.append((options.backend if options else None) or JOB_BACKEND)
+            elif entry.group in SETTINGS_GROUPS:
+                values.append(shown_value(getattr(getattr(preset, entry.group), entry.name)))
+            else:
+                options = preset.options.get(entry.group) or self.models[entry.group]()
+                values.append(shown_value(getattr(options, entry.name)))
+        return values
+
+
+def label(view: OptionView) -> str:
+    return f"{view.label} ({view.shown.unit})" if view.shown.unit else view.label
+
+
+def widget(view: OptionView, value: Any, choices: Sequence[tuple[str, Any]] | None = None) -> gr.Component:
+    """The component for one setting, showing `value`. `choices` relabels a choice's values (model ids with their
+    availability and licence)."""
+    common: dict[str, Any] = {"label": label(view), "info": view.description}
+    if view.kind in ("choice", "open_choice"):
+        options = list(choices) if choices else [(str(c), c) for c in view.choices or ()]
+        if view.kind == "open_choice":
+            return gr.Dropdown(choices=options, value=value, allow_custom_value=True, **common)
+        return gr.Dropdown(choices=options, value=value, filterable=False, **common)
+    if view.kind == "switch":
+        return gr.Checkbox(value=bool(value), **common)
+    if view.kind == "slider":
+        return gr.Slider(minimum=view.low, maximum=view.high, step=view.step, value=value, **common)
+    if view.kind == "number" and not view.optional:
+        # No bounds here: the settings model checks them, with a message naming the setting.
+        return gr.Number(value=value, precision=0 if view.integer else None, **common)
+    # Text (and optional numbers: a Number cannot be empty, and empty means "the default").
+    placeholder = "empty: the default" if view.optional else None
+    return gr.Textbox(value="" if value is None else str(value), placeholder=placeholder, **common)
+
+
+def from_widget(view: OptionView, value: Any) -> Any:
+    """The setting's value for what its widget holds (empty = None where None is allowed; an open choice's typed
+    number as a number)."""
+    if isinstance(value, str) and value.strip() == "" and view.optional:
+        return None
+    if view.kind in ("slider", "number") and value is not None and str(value).strip() != "":
+        try:
+            number = float(value)
+        except ValueError:
+            return value  # the settings model refuses it, naming the setting
+        return int(round(number)) if view.integer else number
+    if view.kind == "open_choice" and isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return value
+
+
+def shown_value(value: Any) -> Any:
+    """A settings value as a widget shows it (paths as text, None as nothing)."""
+    if value is None:
+        return None
+    return str(value) if isinstance(value, Path) else value
+
+
+def add_group(
+    settings: Settings,
+    group: str,
+    options: BaseModel,
+    views: Sequence[OptionView],
+    choices_for: Callable[[OptionView], Sequence[tuple[str, Any]] | None],
+    *,
+    skip: frozenset[str] = frozenset(),
+) -> dict[str, gr.Component]:
+    """The widgets of one settings group, in declaration order (advanced ones folded away at the end), added to
+    `settings`; each shows only while it applies (see `wire_visibility`). Returns name → component."""
+    made: dict[str, gr.Component] = {}
+    plain = [v for v in views if not v.shown.advanced and v.name not in skip]
+    advanced = [v for v in views if v.shown.advanced and v.name not in skip]
+    for view in plain:
+        made[view.name] = settings.add(
+            group, view.name, widget(view, shown_value(getattr(options, view.name)), choices_for(view)), view
+        )
+    if advanced:
+        with gr.Accordion("advanced", open=False):
+            for view in advanced:
+                made[view.name] = settings.add(
+                    group, view.name, widget(view, shown_value(getattr(options, view.name)), choices_for(view)), view
+                )
+    values = dict(options)
+    for view in [*plain, *advanced]:
+        made[view.name].visible = view.applies(values)
+    return made
+
+
+def wire_visibility(views: Sequence[OptionView], made: dict[str, gr.Component]) -> None:
+    """Show or hide each conditional option of a group when a field its condition names changes."""
+    dependent = [v for v in views if v.name in made and (v.shown.when or v.shown.unless)]
+    if not dependent:
+        return
+    names = sorted({n for v in dependent for n in (*v.shown.when, *v.shown.unless) if n in made})
+    by_name = {v.name: v for v in views}
+
+    def update(*values: Any) -> list[Any]:
+        current = {n: from_widget(by_name[n], value) for n, value in zip(names, values, strict=True)}
+        return [gr.update(visible=v.applies(current)) for v in dependent]
+
+    for name in names:
+        made[name].change(
+            update, [made[n] for n in names], [made[v.name] for v in dependent], queue=False, show_progress="hidden"
+        )

@@ -1,0 +1,451 @@
+"""The studio's state behind the page: one session per owner (a login, or a browser), each with its own folder,
+names, history and cancel flag; jobs run through the engine service one at a time in a fair line (UI runs and
+jobs-API jobs alike); previews and face pictures made as files only their owner may fetch.
+
+Nothing a user sees names a server path: outputs are named after the user's own file names, sidecars and
+messages have server paths replaced by the names the user knows (webui/names.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+from gradio import processing_utils
+
+from engine import video
+from engine.errors import Cancelled, FacestudioError, InvalidInput
+from engine.faces.crops import draw_numbers, thumbnail
+from engine.job import FacesSettings, Job
+from engine.metrics import observe_job
+from engine.models import fetch
+from engine.pipeline import RunReport
+from engine.processor import FrameProcessor
+from engine.progress import Progress
+from engine.service import Rendered, Service
+from engine.types import Face, Frame
+from webui.history import Entry, History
+from webui.names import output_name, plain_name, scrub, scrub_file
+from webui.privacy import FileGuard, Owner
+from webui.schedule import RunQueue, Ticket
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff"})
+THUMBNAIL = 192  # px, face pictures in the galleries and history
+_PREVIEWS_KEPT = 6  # preview files per session (the newest pairs; older ones are deleted)
+
+
+@dataclass
+class Session:
+    """One owner's state. `names`: server path → the name the user knows it by (uploads, results)."""
+
+    owner: Owner
+    folder: Path
+    history: History
+    names: dict[str, str] = field(default_factory=dict)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    last_seen: float = field(default_factory=time.monotonic)
+    previews: list[Path] = field(default_factory=list)
+    running: int = 0
+    inputs: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A preview ready for the page: `before` (faces numbered) and `after` as files the owner may fetch, the
+    faces found (thumbnails, in the numbering's order) and the time the chain took (ms)."""
+
+    before: str
+    after: str
+    faces: list[str]
+    rendered: Rendered
+
+
+def user_message(exc: BaseException, names: Mapping[str, str]) -> str:
+    """The one line a user sees for a failure: foreseeable ones as they are, bugs as such; no server path."""
+    text = str(exc) if isinstance(exc, FacestudioError) else f"internal error: {type(exc).__name__}: {exc}"
+    return scrub(text.splitlines()[0] if text else type(exc).__name__, names)
+
+
+class Studio:
+    """Sessions, the run line and the engine service (thread-safe: Gradio calls handlers from worker threads)."""
+
+    def __init__(
+        self,
+        registry: Mapping[str, type[FrameProcessor]] | None = None,
+        work_dir: Path | None = None,
+        service: Service | None = None,
+    ) -> None:
+        if service is None:
+            if registry is None:
+                from processors import REGISTRY
+
+                registry = REGISTRY
+            service = Service(registry)
+        self.service = service
+        self.registry = service.registry
+        # Not in Gradio's folder: nothing in it is reachable by URL until a handler shares it with its owner.
+        self.work = work_dir or Path(tempfile.mkdtemp(prefix="facestudio-ui-"))
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.guard = FileGuard([self.work])
+        self.line = RunQueue()
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    # -- sessions -----------------------------------------------------------------------------------------------
+    def session(self, owner: Owner | None) -> Session:
+        """The owner's session (made on first use). None — a client that sent no owner cookie — is refused."""
+        if owner is None:
+            raise InvalidInput("this browser sent no session cookie: allow cookies for this site and reload")
+        with self._lock:
+            session = self._sessions.get(owner.id)
+            if session is None:
+                folder = self.work / owner.id
+                session = Session(owner, folder, History(folder))
+                self._sessions[owner.id] = session
+            session.last_seen = time.monotonic()
+            return session
+
+    def seen(self, owner: Owner) -> None:
+        with self._lock:
+            session = self._sessions.get(owner.id)
+            if session is not None:
+                session.last_seen = time.monotonic()
+
+    def expire(self, idle_seconds: float) -> list[str]:
+        """Remove the sessions idle (no request, no running job) for more than `idle_seconds`, with their files,
+        uploads and history. Returns the owner ids removed."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [s for s in self._sessions.values() if not s.running and now - s.last_seen > idle_seconds]
+            for session in idle:
+                del self._sessions[session.owner.id]
+        for session in idle:
+            self.forget(session)
+        return [s.owner.id for s in idle]
+
+    def forget(self, session: Session) -> None:
+        """Delete everything of a session: its folder (results, history) and the uploads only it held."""
+        self.guard.release(session.owner, self.guard.held_by(session.owner))
+        shutil.rmtree(session.folder, ignore_errors=True)
+
+    def close(self) -> None:
+        """Remove every session's files and the work folder (the server is stopping)."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+        for session in sessions:
+            self.forget(session)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def name(self, session: Session, path: str | Path) -> str:
+        """The name the user knows a server file by (an upload keeps its own name: Gradio stores it under it)."""
+        return session.names.get(str(path)) or plain_name(Path(path).name)
+
+    def note_upload(self, session: Session, role: str, paths: Sequence[str]) -> None:
+        """The session now uses `paths` as its `role` ("target", "sources"): the uploads of that role it no longer
+        uses are deleted, unless a running job may still read them (those go with the session)."""
+        for path in paths:
+            session.names.setdefault(str(path), plain_name(Path(path).name))
+        previous = session.inputs.get(role, [])
+        session.inputs[role] = list(paths)
+        in_use = {p for files in session.inputs.values() for p in files}
+        dropped = [p for p in previous if p not in in_use]
+        if dropped and not session.running:
+            self.guard.release(session.owner, dropped)
+
+    def playable(self, session: Session, path: str | Path) -> str:
+        """A video the browser can play, shared with the session: the file itself when its container and codec
+        play in browsers (H.264/AV1 MP4, VP8/VP9/AV1 WebM), else an H.264 copy at most 720 px high made once."""
+        if processing_utils.video_is_playable(str(path)):
+            return self.share(session, path)
+        proxy = session.folder / "players" / f"{Path(path).stem}-{fetch.sha256_file(Path(path))[:12]}.mp4"
+        if not proxy.is_file():
+            proxy.parent.mkdir(parents=True, exist_ok=True)
+            partial = proxy.with_name(f".{proxy.name}.partial.mp4")
+            try:
+                subprocess.run(
+                    [video.find_ffmpeg(), "-v", "error", "-y", "-i", str(path), "-map", "0:v:0", "-map", "0:a:0?",
+                     "-vf", "scale=-2:'min(720,ih)'", "-c:v", "libx264", "-preset", "veryfast", "-crf", "23",
+                     "-pix_fmt", "yuv420p", "-c:a", "aac", "-movflags", "+faststart", str(partial)],
+                    check=True, capture_output=True, timeout=3600,
+                )  # fmt: skip
+                partial.replace(proxy)
+            except (subprocess.SubprocessError, OSError) as exc:
+                partial.unlink(missing_ok=True)
+                raise InvalidInput(f"{self.name(session, path)} cannot be shown in the browser ({exc})") from None
+        return self.share(session, proxy)
+
+    def compare_after_run(self, session: Session, target: str, report: RunReport, index: int) -> tuple[str, str]:
+        """Frame `index` of the target and of the finished output (clamped to its last frame), as the
+        before/after pair the page shows."""
+        before = self.service.frame(Path(target), index, max_pixels=1 << 62)
+        after = self.service.frame(report.output, min(index, max(report.frames - 1, 0)), max_pixels=1 << 62)
+        stamp = f"{time.monotonic_ns():x}"
+        folder = session.folder / "previews"
+        paths = [_write_jpeg(folder / f"{stamp}-before.jpg", before), _write_jpeg(folder / f"{stamp}-after.jpg", after)]
+        self._keep_previews(session, paths)
+        return self.share(session, paths[0]), self.share(session, paths[1])
+
+    def share(self, session: Session, path: Path | str) -> str:
+        """`path` as a file only this session's owner may fetch (returned to a Gradio component as is)."""
+        shared = self.guard.share(session.owner, path)
+        session.names.setdefault(shared, Path(path).name)
+        return shared
+
+    # -- jobs ---------------------------------------------------------------------------------------------------
+    def ticket(self, job: Job, cancel: threading.Event) -> Ticket:
+        """The job's place in the line, sized by its frames and input pixels (probed: a bad target fails here)."""
+        info = video.probe(job.target)
+        frames = 1
+        if info.kind == "video":
+            frames = video.select(info, job.video.trim_start, job.video.trim_end, job.video.fps).frames
+        return Ticket(job.processors, frames, frames * info.width * info.height / 1e6, cancel)
+
+    def execute(
+        self,
+        raw: dict[str, Any],
+        target: str | Path,
+        sources: Sequence[str | Path],
+        folder: Path,
+        names: Mapping[str, str],
+        progress: Progress | None,
+        cancel: threading.Event,
+        *,
+        taken: set[str] | None = None,
+        queued: Any = None,
+    ) -> RunReport:
+        """Run one job into `folder` when its turn comes: the output is named after the target's user name
+        (`names`), and its sidecar has every server path replaced by those names. `queued(place)` is told of
+        the job's place in line while it waits. Typed errors only; nothing half-written is left behind."""
+        if not target:
+            raise InvalidInput("add a target image or video first")
+        target_path = Path(target)
+        target_name = names.get(str(target)) or target_path.name
+        suffix = target_path.suffix.lower() if target_path.suffix.lower() in IMAGE_SUFFIXES else ".mp4"
+        output = folder / output_name(target_name, suffix, taken or set())
+        job = self.service.job(raw, target_path, output, [Path(s) for s in sources])
+        ticket = self.ticket(job, cancel)
+        watcher = _Waiting(self.line, ticket, queued) if queued else None
+        try:
+            with self.line.turn(ticket), self.service.model_lock, observe_job():
+                if watcher is not None:
+                    watcher.stop()
+                report = self.service.run(job, _Measured(progress, self.line, ticket), overwrite=True)
+        finally:
+            if watcher is not None:
+                watcher.stop()
+        known = {**names, str(output): output.name, str(folder): "", str(folder.resolve()): ""}
+        for given in (target_path, *map(Path, sources)):
+            known.setdefault(str(given), given.name)
+            known[str(given.resolve())] = known[str(given)]
+        scrub_file(report.sidecar, known)
+        return report
+
+    def run_for(
+        self,
+        session: Session,
+        raw: dict[str, Any],
+        target: str,
+        sources: Sequence[str],
+        progress: Progress | None,
+        queued: Any = None,
+    ) -> tuple[RunReport, Entry]:
+        """A UI run: `execute` into a new history folder of the session, then the history entry (thumbnail,
+        summary, settings) recorded; entries past the history's bound go with their files."""
+        from webui.summary import summary
+
+        folder = session.history.new_folder()
+        taken = {Path(e.output).name for e in session.history.entries()}
+        session.cancel.clear()
+        with self._lock:
+            session.running += 1
+        try:
+            report = self.execute(
+                raw, target, sources, folder, session.names, progress, session.cancel, taken=taken, queued=queued
+            )
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        finally:
+            with self._lock:
+                session.running -= 1
+        thumb = folder / "thumbnail.jpg"
+        _write_jpeg(thumb, _thumbnail_of(report))
+        entry = Entry(
+            id=folder.name,
+            created=time.time(),
+            folder=str(folder),
+            output=str(report.output),
+            sidecar=str(report.sidecar),
+            thumbnail=str(thumb),
+            target=self.name(session, target),
+            sources=tuple(self.name(session, s) for s in sources),
+            processors=tuple(report.processors),
+            summary=summary(report),
+            settings=_without_paths(raw),
+        )
+        for dropped in session.history.add(entry):
+            self.guard.release(session.owner, [dropped.output, dropped.sidecar, dropped.thumbnail or ""])
+        return report, entry
+
+    # -- single frames and faces --------------------------------------------------------------------------------
+    def preview(
+        self, session: Session, raw: dict[str, Any], target: str, sources: Sequence[str], index: int
+    ) -> Preview:
+        """Frame `index` of the target through the chain (the path every batch of a run takes), as files the
+        session may fetch: the frame with its faces numbered, the result, and a picture of each face."""
+        with self.service.model_lock:
+            rendered = self.service.preview(raw, Path(target), [Path(s) for s in sources], index)
+        stamp = f"{time.monotonic_ns():x}"
+        folder = session.folder / "previews"
+        before = _write_jpeg(
+            folder / f"{stamp}-before.jpg", draw_numbers(rendered.before, rendered.detected, rendered.chosen)
+        )
+        after = _write_jpeg(folder / f"{stamp}-after.jpg", rendered.after)
+        faces = [
+            self.share(
+                session, _write_jpeg(folder / f"{stamp}-face-{i + 1}.jpg", thumbnail(rendered.before, f.box, THUMBNAIL))
+            )
+            for i, f in enumerate(rendered.detected)
+        ]
+        self._keep_previews(session, [before, after])
+        return Preview(self.share(session, before), self.share(session, after), faces, rendered)
+
+    def _keep_previews(self, session: Session, new: list[Path]) -> None:
+        session.previews.extend(new)
+        old, session.previews = session.previews[:-_PREVIEWS_KEPT], session.previews[-_PREVIEWS_KEPT:]
+        for path in old:
+            path.unlink(missing_ok=True)
+            for face in path.parent.glob(path.name.split("-")[0] + "-face-*.jpg"):
+                face.unlink(missing_ok=True)
+
+    def source_faces(
+        self, session: Session, paths: Sequence[str], settings: FacesSettings
+    ) -> tuple[list[tuple[str, str]], list[str]]:
+        """For each source image: a picture of the face a job would use (the largest), captioned with the file's
+        name; and a line for each image where no face was found."""
+        pictures, problems = [], []
+        for path in paths:
+            name = self.name(session, path)
+            try:
+                image = video.read_image(Path(path))[0]
+            except FacestudioError as exc:
+                problems.append(user_message(exc, session.names))
+                continue
+            with self.service.model_lock:
+                faces = self.service.find_faces(image, settings)
+            if not faces:
+                problems.append(f"{name}: no face found — use a photo where one face is clearly visible")
+                continue
+            face = _largest(faces)
+            picture = _write_jpeg(session.folder / "faces" / f"source-{len(pictures)}-{time.monotonic_ns():x}.jpg",
+                                  thumbnail(image, face.box, THUMBNAIL))  # fmt: skip
+            pictures.append(
+                (self.share(session, picture), name + (f" (largest of {len(faces)})" if len(faces) > 1 else ""))
+            )
+        return pictures, problems
+
+    def reference_from(self, session: Session, face_picture: str) -> str:
+        """Make a face picture of the preview the reference image: a copy in the session's folder (the preview's
+        files come and go), shared with the session so the page can show it."""
+        source = Path(face_picture)
+        if not self.guard.allows(session.owner, source.resolve()):
+            raise InvalidInput("that face picture is not one of this session's")
+        copy = session.folder / "faces" / f"reference-{time.monotonic_ns():x}.jpg"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, copy)
+        shared = self.share(session, copy)
+        session.names[str(copy)] = session.names[shared] = "reference face"
+        return shared
+
+
+class _Measured:
+    """A Progress that also tells the run line how far the running job is (for the others' wait estimates)."""
+
+    def __init__(self, inner: Progress | None, line: RunQueue, ticket: Ticket) -> None:
+        self.inner, self.line, self.ticket, self.done = inner, line, ticket, 0
+
+    def stage(self, name: str, total: int | None = None, unit: str = "frame") -> None:
+        if unit == "frame":
+            self.done = 0
+        if self.inner is not None:
+            self.inner.stage(name, total, unit)
+
+    def advance(self, n: int = 1) -> None:
+        if self.inner is not None:
+            self.inner.advance(n)
+        self.done += n
+        self.line.progress(self.ticket, self.done)
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+
+class _Waiting:
+    """Tells `queued(place)` where a ticket stands every half second until it starts or `stop`."""
+
+    def __init__(self, line: RunQueue, ticket: Ticket, queued: Any) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(line, ticket, queued), daemon=True)
+        self._thread.start()
+
+    def _run(self, line: RunQueue, ticket: Ticket, queued: Any) -> None:
+        while not self._stop.is_set():
+            place = line.place(ticket)
+            if place.running:
+                return
+            queued(place)
+            self._stop.wait(0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _largest(faces: Sequence[Face]) -> Face:
+    return max(faces, key=lambda f: (f.box[2] - f.box[0]) * (f.box[3] - f.box[1]))
+
+
+def _write_jpeg(path: Path, frame: Frame, quality: int = 93) -> Path:
+    """Write an H×W×3 uint8 RGB frame as a JPEG (4:4:4, fast to encode: previews are re-made on every change)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    params = [cv2.IMWRITE_JPEG_QUALITY, quality, cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444]
+    if not cv2.imwrite(str(path), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR), params):
+        raise InvalidInput(f"could not write {path.name}")
+    return path
+
+
+def _thumbnail_of(report: RunReport, width: int = 240) -> Frame:
+    """A small picture of a result: the image, or the middle frame of a video, `width` px wide."""
+    if report.kind == "image":
+        frame = video.read_image(report.output)[0]
+    else:
+        middle = report.frames // 2
+        frame = None
+        with video.FrameReader(report.output) as reader:
+            for i, decoded in enumerate(reader):
+                frame = decoded
+                if i >= middle:
+                    break
+        if frame is None:
+            raise Cancelled("the result has no frames")
+    height = max(1, round(frame.shape[0] * width / frame.shape[1]))
+    return cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
+
+
+def _without_paths(raw: dict[str, Any]) -> dict[str, Any]:
+    """The settings to keep with a history entry: the preset mapping without the session's files."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    out.get("faces", {}).pop("reference_image", None)
+    return out
