@@ -269,7 +269,7 @@ class Service:
         size = min((f.size for f in published if f.size is not None), default=None)
         return ModelStatus(
             spec.id, spec.task, spec.title, spec.licence, spec.commercial_use, spec.homepage, availability, size,
-            len(present) < len(published) and not (availability == "downloaded"), spec.licence_line(),
+            bool(published) and not present, spec.licence_line(),
         )  # fmt: skip
 
     def fetch_model(self, model_id: str, progress_factory: ProgressFactory | None = None) -> list[Path]:
