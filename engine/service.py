@@ -121,6 +121,14 @@ class FrameRenderer:
         return Rendered(frame, after, detected, ctx.faces, (faces_done - started) * 1000, (done - faces_done) * 1000)
 
 
+def _check_pixels(target: Path, width: int, height: int, max_pixels: int) -> None:
+    if width * height > max_pixels:
+        raise InvalidInput(
+            f"{Path(target).name} is {width}×{height} = {width * height} pixels, above runtime.max_pixels="
+            f"{max_pixels}: scale it down first, or raise runtime.max_pixels"
+        )
+
+
 class Service:
     """What every front end asks of the engine (see the module docstring)."""
 
@@ -167,15 +175,14 @@ class Service:
         a run would refuse it, when the target's frames are over `max_pixels` (width × height)."""
         key = (*file_key(target), index)
         with self._lock:
-            if key in self._frames:
+            kept = self._frames.get(key)
+            if kept is not None:
                 self._frames.move_to_end(key)
-                return self._frames[key]
+        if kept is not None:
+            _check_pixels(target, kept.shape[1], kept.shape[0], max_pixels)
+            return kept
         info = video.probe(target)
-        if info.width * info.height > max_pixels:
-            raise InvalidInput(
-                f"{Path(target).name} is {info.width}×{info.height} = {info.width * info.height} pixels, above "
-                f"runtime.max_pixels={max_pixels}: scale it down first, or raise runtime.max_pixels"
-            )
+        _check_pixels(target, info.width, info.height, max_pixels)
         frame = self._decode(Path(target), info, index)
         with self._lock:
             self._frames[key] = frame

@@ -33,6 +33,7 @@ from engine.errors import Cancelled, FacestudioError
 from engine.job import SETTINGS_GROUPS, FacesSettings, Preset, load_preset_raw, preset_names, save_user_preset
 from engine.models.licences import licence_texts
 from engine.options import describe
+from engine.service import Rendered
 from webui import cells
 from webui.cells import BACKEND, ENABLE, JOB_BACKEND, Settings
 from webui.jobs import parse_preset_text
@@ -61,6 +62,16 @@ def session_of(studio: Studio, request: gr.Request) -> Session:
     """The session of the login or browser a request comes from (refused without either)."""
     cookies = dict(getattr(request, "cookies", None) or {})
     return studio.session(owner_from(cookies, getattr(request, "username", None)))
+
+
+def _slider_at(rendered: Rendered) -> float:
+    """Where the before/after divide starts, in % of the width: through the middle of the first face changed
+    (else the first found), so both sides of that face show; the middle without faces."""
+    faces = rendered.chosen or rendered.detected
+    if not faces:
+        return 50.0
+    x1, _, x2, _ = faces[0].box
+    return min(max((x1 + x2) / 2 / rendered.before.shape[1] * 100, 5.0), 95.0)
 
 
 def _ordinal(n: int) -> str:
@@ -142,7 +153,7 @@ class Page:
                     self._processor_cells(default)
                     with gr.Accordion("Faces: how they are found", open=False):
                         self._group("faces", default.faces, skip=frozenset({"selector", "reference_image"}))
-                    with gr.Accordion("Runtime: backend, device, batch", open=False):
+                    with gr.Accordion("Runtime: backend, device, batch", open=False, elem_id="cell-runtime"):
                         runtime_made = self._group("runtime", default.runtime)
                 with gr.Column(scale=4, min_width=340, elem_classes="fs-col"):
                     self._inputs(default)
@@ -151,10 +162,10 @@ class Page:
             with gr.Tabs():
                 with gr.Tab("Output settings"):
                     self._group("video", default.video)
-                with gr.Tab("History", id="history-tab"):
-                    self._history()
-                with gr.Tab("Models", id="models-tab"):
-                    self._models()
+                with gr.Tab("History", id="history-tab") as history_tab:
+                    self._history(history_tab)
+                with gr.Tab("Models", id="models-tab") as models_tab:
+                    self._models(models_tab)
             self._wire(app, runtime_made)
         return app
 
@@ -168,11 +179,12 @@ class Page:
                 self.preset_upload = gr.UploadButton(
                     "Open file…", file_types=[".toml", ".json"], size="sm", elem_id="preset-open"
                 )
-        with gr.Row(equal_height=True):
+        with gr.Row(equal_height=False):
             self.preset_name = gr.Textbox(
                 label="save as", placeholder="my-preset", scale=3, min_width=110, elem_id="preset-name"
             )
-            self.preset_save = gr.Button("Save", size="sm", scale=2, min_width=90, elem_id="preset-save")
+            with gr.Column(scale=2, min_width=90):
+                self.preset_save = gr.Button("Save", size="sm", elem_id="preset-save")
         self.preset_status = gr.Markdown(elem_id="preset-status")
 
     def _choices(self, task: str) -> list[str]:
@@ -296,24 +308,25 @@ class Page:
             label="output and job sidecar", file_count="multiple", visible=False, elem_id="downloads"
         )
 
-    def _history(self) -> None:
+    def _history(self, tab: gr.Tab) -> None:
         self.history_version = gr.State(0)
         with gr.Row():
             gr.Markdown("Finished jobs of this session (this login, or this browser), newest first.")
             self.history_clear = gr.Button("Delete all", size="sm", scale=0, min_width=100, elem_id="history-clear")
 
-        @gr.render(inputs=[self.history_version])
+        # Rendered when the tab is opened (not with the page: a first load stays light) and after each change.
+        @gr.render(inputs=[self.history_version], triggers=[tab.select, self.history_version.change])
         def show(version: int, request: gr.Request) -> None:
             self._history_rows(request)
 
-    def _models(self) -> None:
+    def _models(self, tab: gr.Tab) -> None:
         self.models_version = gr.State(0)
         with gr.Row():
             gr.Markdown("Every model in the catalogue. Downloads are sha256-checked and resumable.")
             self.models_verify = gr.Button("Verify downloaded files", size="sm", scale=0, min_width=180)
         self.models_status = gr.Markdown(elem_id="models-status")
 
-        @gr.render(inputs=[self.models_version])
+        @gr.render(inputs=[self.models_version], triggers=[tab.select, self.models_version.change])
         def show(version: int) -> None:
             self._model_rows()
 
@@ -407,7 +420,7 @@ class Page:
     # -- events -------------------------------------------------------------------------------------------------
     def _wire(self, app: gr.Blocks, runtime_made: dict[str, gr.Component]) -> None:
         settings = self.settings.components
-        previewing = [self.target, self.sources, self.frame_index, *settings]
+        previewing = [self.target, self.sources, self.frame_index, self.face_paths, *settings]
         preview_out = [self.compare, self.frame_faces, self.face_paths, self.preview_status]
 
         self.target.change(
@@ -506,13 +519,28 @@ class Page:
         return pictures, f"{heading} — the face that will be put in"
 
     def on_preview(
-        self, target: str | None, sources: list[str] | None, index: float, request: gr.Request, *values: Any
+        self,
+        target: str | None,
+        sources: list[str] | None,
+        index: float,
+        shown_faces: list[str],
+        request: gr.Request,
+        *values: Any,
     ) -> tuple[Any, ...]:
         session = session_of(self.studio, request)
         if not target:
             return gr.update(value=None), [], [], "add a target image or video to see a preview"
         raw = self.settings.raw_from(values)
+        needs_source = [p for p in raw["processors"] if self.studio.registry[p].needs_source]
         try:
+            if needs_source and not sources:
+                preset = self.service.preset(raw)
+                preview = self.studio.frame_only(session, target, int(index), preset.faces, preset.runtime.max_pixels)
+                gallery = [(path, str(i + 1)) for i, path in enumerate(preview.faces)]
+                found = len(preview.rendered.detected)
+                note = f"{found} face{'s' if found != 1 else ''} found; add a source face photo to see the swap"
+                compare = gr.update(value=(preview.before, preview.after), slider_position=_slider_at(preview.rendered))
+                return compare, gallery, preview.faces, f"frame {int(index)}: {note}"
             preview = self.studio.preview(session, raw, target, sources or [], int(index))
         except Exception as exc:
             message = user_message(exc, session.names)
@@ -527,8 +555,11 @@ class Page:
             else ""
         )
         text = f"frame {int(index)}: chain {rendered.chain_ms:.0f} ms{faces}"
+        compare = gr.update(value=(preview.before, preview.after), slider_position=_slider_at(rendered))
+        if preview.faces == shown_faces:  # the same faces as shown: nothing to send again
+            return compare, gr.skip(), gr.skip(), text
         gallery = [(path, str(i + 1)) for i, path in enumerate(preview.faces)]
-        return (preview.before, preview.after), gallery, preview.faces, text
+        return compare, gallery, preview.faces, text
 
     def on_pick(self, face_paths: list[str], event: gr.SelectData, request: gr.Request) -> tuple[Any, ...]:
         session = session_of(self.studio, request)

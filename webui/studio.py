@@ -55,7 +55,9 @@ class Session:
     names: dict[str, str] = field(default_factory=dict)
     cancel: threading.Event = field(default_factory=threading.Event)
     last_seen: float = field(default_factory=time.monotonic)
-    previews: list[Path] = field(default_factory=list)
+    # The numbered frames and face pictures of recent previews (key: target, index, faces), and recent results.
+    frames: dict[tuple[Any, ...], tuple[list[Path], list[str]]] = field(default_factory=dict)
+    afters: list[tuple[Path, str]] = field(default_factory=list)
     running: int = 0
     inputs: dict[str, list[str]] = field(default_factory=dict)
 
@@ -191,11 +193,7 @@ class Studio:
         before/after pair the page shows."""
         before = self.service.frame(Path(target), index, max_pixels=1 << 62)
         after = self.service.frame(report.output, min(index, max(report.frames - 1, 0)), max_pixels=1 << 62)
-        stamp = f"{time.monotonic_ns():x}"
-        folder = session.folder / "previews"
-        paths = [_write_jpeg(folder / f"{stamp}-before.jpg", before), _write_jpeg(folder / f"{stamp}-after.jpg", after)]
-        self._keep_previews(session, paths)
-        return self.share(session, paths[0]), self.share(session, paths[1])
+        return self._picture(session, before), self._picture(session, after)
 
     def share(self, session: Session, path: Path | str) -> str:
         """`path` as a file only this session's owner may fetch (returned to a Gradio component as is)."""
@@ -307,28 +305,58 @@ class Studio:
         session may fetch: the frame with its faces numbered, the result, and a picture of each face."""
         with self.service.model_lock:
             rendered = self.service.preview(raw, Path(target), [Path(s) for s in sources], index)
-        stamp = f"{time.monotonic_ns():x}"
-        folder = session.folder / "previews"
-        before = _write_jpeg(
-            folder / f"{stamp}-before.jpg", draw_numbers(rendered.before, rendered.detected, rendered.chosen)
-        )
-        after = _write_jpeg(folder / f"{stamp}-after.jpg", rendered.after)
-        faces = [
-            self.share(
-                session, _write_jpeg(folder / f"{stamp}-face-{i + 1}.jpg", thumbnail(rendered.before, f.box, THUMBNAIL))
-            )
-            for i, f in enumerate(rendered.detected)
-        ]
-        self._keep_previews(session, [before, after])
-        return Preview(self.share(session, before), self.share(session, after), faces, rendered)
+        before, faces = self._frame_pictures(session, target, index, rendered)
+        return Preview(before, self._picture(session, rendered.after), faces, rendered)
 
-    def _keep_previews(self, session: Session, new: list[Path]) -> None:
-        session.previews.extend(new)
-        old, session.previews = session.previews[:-_PREVIEWS_KEPT], session.previews[-_PREVIEWS_KEPT:]
-        for path in old:
-            path.unlink(missing_ok=True)
-            for face in path.parent.glob(path.name.split("-")[0] + "-face-*.jpg"):
-                face.unlink(missing_ok=True)
+    def _picture(self, session: Session, frame: Frame) -> str:
+        """A frame as a new JPEG the session may fetch; only the newest few are kept."""
+        path = _write_jpeg(session.folder / "previews" / f"{time.monotonic_ns():x}.jpg", frame)
+        shared = self.share(session, path)
+        session.afters.append((path, shared))
+        dropped, session.afters = session.afters[:-_PREVIEWS_KEPT], session.afters[-_PREVIEWS_KEPT:]
+        for old, _ in dropped:
+            old.unlink(missing_ok=True)
+        self._release_unused(session, [old_shared for _, old_shared in dropped])
+        return shared
+
+    def _release_unused(self, session: Session, shared: list[str]) -> None:
+        """Release cached copies no kept preview shows any more (equal pictures share one cached copy)."""
+        in_use = {sh for _, sh in session.afters} | {sh for _, copies in session.frames.values() for sh in copies}
+        self.guard.release(session.owner, [sh for sh in shared if sh not in in_use])
+
+    def frame_only(
+        self, session: Session, target: str, index: int, settings: FacesSettings, max_pixels: int
+    ) -> Preview:
+        """Frame `index` of the target with its faces numbered, unprocessed (before a source is given)."""
+        with self.service.model_lock:
+            frame = self.service.frame(Path(target), index, max_pixels)
+            faces = tuple(self.service.find_faces(frame, settings))
+        rendered = Rendered(frame, frame, faces, ())
+        before, pictures = self._frame_pictures(session, target, index, rendered)
+        return Preview(before, before, pictures, rendered)
+
+    def _frame_pictures(self, session: Session, target: str, index: int, rendered: Rendered) -> tuple[str, list[str]]:
+        """The frame with its faces numbered and a picture of each face, made once per frame and faces (an
+        option change re-renders only the result, and the browser keeps the frame it already has)."""
+        key = (str(target), index, tuple(f.box for f in rendered.detected), tuple(f.box for f in rendered.chosen))
+        kept = session.frames.pop(key, None)
+        if kept is None:
+            stamp = f"{time.monotonic_ns():x}"
+            folder = session.folder / "previews"
+            numbered = draw_numbers(rendered.before, rendered.detected, rendered.chosen)
+            files = [_write_jpeg(folder / f"{stamp}-before.jpg", numbered)] + [
+                _write_jpeg(folder / f"{stamp}-face-{i + 1}.jpg", thumbnail(rendered.before, f.box, THUMBNAIL))
+                for i, f in enumerate(rendered.detected)
+            ]
+            kept = (files, [self.share(session, f) for f in files])
+        session.frames[key] = kept
+        while len(session.frames) > _PREVIEWS_KEPT:
+            files, shared_copies = session.frames.pop(next(iter(session.frames)))
+            for path in files:
+                path.unlink(missing_ok=True)
+            self._release_unused(session, shared_copies)
+        shared = kept[1]
+        return shared[0], shared[1:]
 
     def source_faces(
         self, session: Session, paths: Sequence[str], settings: FacesSettings
