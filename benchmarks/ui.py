@@ -34,7 +34,8 @@ from engine import demo, video  # noqa: E402
 from webui.app import Studio, UISettings, launch  # noqa: E402
 
 WATCH = """() => {
-  const input = [...document.querySelectorAll('input')].find(i => i.getAttribute('aria-label') === 'number input for blend (%)')
+  const input = [...document.querySelectorAll('input')]
+    .find(i => i.getAttribute('aria-label') === 'number input for blend (%)')
     || document.querySelector('input[type=number]');
   window.__previewShown = new Promise(() => {});
   const state = () => ({
