@@ -494,10 +494,13 @@ class Page:
             f"{name}: video, {info.width}×{info.height}, {info.frame_count} frames at {info.fps:.3g} fps, "
             f"{'with' if info.has_audio else 'no'} audio"
         )
+        player = self.studio.playable(session, path)
+        if player is None:
+            text += " — this format does not play in browsers: the preview shows the chosen frame"
         return (
             gr.update(visible=True, maximum=max(last, 1), value=0),
             gr.update(visible=False, value=None),
-            gr.update(value=self.studio.playable(session, path), visible=True),
+            gr.update(value=player, visible=player is not None),
             text,
         )
 
@@ -616,15 +619,19 @@ class Page:
         report, entry = result["done"]
         is_image = report.kind == "image"
         output = self.studio.share(session, report.output)
+        player = None if is_image else self.studio.playable(session, report.output)
         compare = gr.update()
         try:
             compare = self.studio.compare_after_run(session, target or "", report, int(index))
         except FacestudioError as exc:
             log.info("no before/after after the run: %s", exc)
+        done = f"done in {report.seconds:.1f} s"
+        if not is_image and player is None:
+            done += " — its codec does not play in browsers: download it to watch"
         yield (
-            f"done in {report.seconds:.1f} s",
+            done,
             gr.update(value=output if is_image else None, visible=is_image),
-            gr.update(value=None if is_image else self.studio.playable(session, report.output), visible=not is_image),
+            gr.update(value=player, visible=player is not None),
             summary(report),
             gr.update(value=[output, self.studio.share(session, report.sidecar)], visible=True),
             compare,
