@@ -115,7 +115,26 @@ def test_the_cost_is_about_39_db_psnr_and_only_luma_moves() -> None:
 def test_unmarked_pictures_score_like_noise() -> None:
     """The score is a standard normal deviate for unmarked pictures whatever they show: none of these reach the
     threshold, and the mean and spread are those of N(0, 1) within sampling error."""
-    names = ["astronaut", "camera", "chelsea", "coffee", "rocket", "brick", "grass", "gravel", "moon", "text", "page", "coins", "hubble_deep_field", "immunohistochemistry", "horse", "clock", "motorcycle_left", "cat"]
+    names = [
+        "astronaut",
+        "camera",
+        "chelsea",
+        "coffee",
+        "rocket",
+        "brick",
+        "grass",
+        "gravel",
+        "moon",
+        "text",
+        "page",
+        "coins",
+        "hubble_deep_field",
+        "immunohistochemistry",
+        "horse",
+        "clock",
+        "motorcycle_left",
+        "cat",
+    ]
     scores = []
     for name in names:
         if not hasattr(skimage.data, name):
