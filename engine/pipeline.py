@@ -204,19 +204,9 @@ def run(
             frames, audio = 1, False
         else:
             frames, audio, segmented = _run_video(
-                job,
-                chain,
-                runtime,
-                info,
-                span,
-                size,
-                batch,
-                progress,
-                faces,
-                resume,
-                renderer or _render_missing,
+                job, chain, runtime, info, span, size, batch, progress, faces, resume, renderer or _render_missing,
                 sealing.seal,
-            )
+            )  # fmt: skip
     except KeyboardInterrupt:
         raise Cancelled("cancelled by the user; nothing was written") from None
     finally:
