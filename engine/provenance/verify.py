@@ -96,7 +96,7 @@ def render(report: Report) -> str:
             else "a signer on no trust list known here (integrity holds; identity is the certificate's claim)"
         )
         lines.append(f"Content Credentials: valid — signature and content hashes hold; signed with {trust}")
-    if report.credentials != "none":
+    if report.signer or report.generator:
         algorithm = f", {report.algorithm}" if report.algorithm else ""
         lines.append(f"  who:   {report.signer or 'unknown signer'}{algorithm}")
         what = report.generator or "unknown tool"
