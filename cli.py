@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     poptions.add_argument("groups", nargs="*", metavar="GROUP", help="processor ids or faces, video, runtime")
 
     verify = sub.add_parser("verify", help="check a file's Content Credentials and watermark: who, what, when")
-    verify.add_argument("file", type=Path, metavar="FILE")
+    verify.add_argument("file", type=Path, metavar="FILE", help="image or video (any tool's) to check")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
 
     doctor = sub.add_parser("doctor", help="check this machine: packages, ffmpeg, providers, GPU, folders, models")
