@@ -11,7 +11,6 @@ hash for MP4/MOV), so any later change of the file breaks it.
 from __future__ import annotations
 
 import io
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,8 +21,6 @@ import c2pa
 
 from engine.errors import FacestudioError, InvalidInput
 from engine.provenance.keys import SigningKey
-
-log = logging.getLogger(__name__)
 
 # Output extensions C2PA can carry inside the file, with their MIME types. Not here: .bmp (no metadata box at all)
 # and .mkv (Matroska has no C2PA binding): those outputs are written without credentials (see `supports`).
