@@ -1,6 +1,7 @@
 """The command line (DESIGN.md §7): argument parsing, and the only place that maps errors to exit codes.
 
 Exit codes: 0 done; 1 internal error (a bug); 2 invalid usage or input; 3 a model is unavailable; 4 cancelled.
+`verify` exits 0 when a file's Content Credentials hold (or it has none) and 2 when they are invalid.
 Errors print one line (`error: …`) to stderr, with the traceback only under `--debug`.
 """
 
@@ -101,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--demo", action="store_true", help="make a demo clip from a bundled photo and process it")
     run.add_argument("--yes", action="store_true", help="acknowledge the responsible-use notice for this run")
     run.add_argument("--overwrite", action="store_true", help="replace the output file if it already exists")
+    run.add_argument("--sign-cert", type=Path, metavar="PEM", help="certificate chain to sign the Content Credentials")
+    run.add_argument("--sign-key", type=Path, metavar="PEM", help="its private key (default: this installation's key)")
     run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     models = sub.add_parser("models", help="list, fetch and verify model files")
@@ -155,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     poptions = psub.add_parser("options", help="every setting: values or range, unit, default, when it applies")
     poptions.add_argument("groups", nargs="*", metavar="GROUP", help="processor ids or faces, video, runtime")
 
+    verify = sub.add_parser("verify", help="check a file's Content Credentials and watermark: who, what, when")
+    verify.add_argument("file", type=Path, metavar="FILE", help="image or video (any tool's) to check")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+
     doctor = sub.add_parser("doctor", help="check this machine: packages, ffmpeg, providers, GPU, folders, models")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (keys: see README)")
     return parser
@@ -178,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ui": cmd_ui,
             "benchmark": cmd_benchmark,
             "doctor": cmd_doctor,
+            "verify": cmd_verify,
         }[args.command]
         return handler(args)
     except FacestudioError as exc:
@@ -266,6 +274,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.cluster is None:
         raise UsageError("--workers needs --cluster")
     job = job_from_args(args)
+    from engine.provenance import keys
+
+    # Read (or made) before anything runs: a wrong --sign-key fails at once.
+    signing = keys.resolve(args.sign_cert, args.sign_key)
     for setting in job.ignored_settings():
         print(f"note: {setting} is ignored with these settings", file=sys.stderr)
     require_consent(args.yes)
@@ -286,8 +298,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress = for_terminal()
         chain = build_chain(job, runtime)
         report = pipeline.run(
-            job, chain, runtime, progress, overwrite=args.overwrite, resume=args.resume, renderer=renderer
-        )
+            job, chain, runtime, progress, overwrite=args.overwrite, resume=args.resume, renderer=renderer,
+            signing=signing,
+        )  # fmt: skip
     w0, h0 = report.input_size
     w1, h1 = report.output_size
     audio = "audio kept" if report.audio else "no audio"
@@ -299,6 +312,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{report.seconds:.1f} s ({report.fps:.2f} fps), {', '.join(job.processors)} on {report.providers()}"
         f"{faces}, {audio} → {report.output} (+ {report.sidecar.name})"
     )
+    for note in report.notes:
+        print(note)
     if report.segments and report.segments["reused"]:
         reused = report.frames - report.segments["frames_processed"]
         print(f"resumed: {reused} of {report.frames} frames came from the interrupted run, none were recomputed")
@@ -572,6 +587,16 @@ def settings_help(groups: Sequence[str] = ()) -> str:
         for option in describe(models[group], model_choices=lambda task: [m.id for m in manifest.for_task(task)]):
             lines.append(f"  {group}.{option.name}  {option.help_line()}")
     return "\n".join(lines)
+
+
+# -- verify ---------------------------------------------------------------------------------------------------
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when the file's credentials hold or it has none, 2 when they are invalid (tampered or damaged)."""
+    from engine.provenance import verify
+
+    report = verify.inspect(args.file)
+    print(report.to_json() if args.json else verify.render(report))
+    return verify.exit_code(report)
 
 
 # -- doctor ---------------------------------------------------------------------------------------------------

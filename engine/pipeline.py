@@ -27,6 +27,7 @@ from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor
 from engine.progress import NullProgress, Progress
+from engine.provenance import keys, seal, watermark
 from engine.segments import Segment
 from engine.types import Face, Frame
 from engine.validate import validate
@@ -58,6 +59,9 @@ class RunReport:
     # frames_processed (by this run; the rest were reused); a run whose segments went to a cluster
     # (`engine.cluster`) adds `cluster`: per segment it processed, the worker (host:pid) and the attempts it took.
     segments: dict[str, Any] | None = None
+    # The sidecar's `provenance` record (engine.provenance.seal) and the lines it adds to the run's summary.
+    provenance: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def fps(self) -> float:
@@ -168,6 +172,7 @@ def run(
     overwrite: bool = False,
     resume: bool = False,
     renderer: SegmentRenderer | None = None,
+    signing: keys.SigningKey | None = None,
 ) -> RunReport:
     """Process `job.target` through `chain` into `job.output` and write `<output>.job.json`.
 
@@ -176,8 +181,9 @@ def run(
     `overwrite`. A video is rendered in segments (`engine.segments`) in its job folder (`engine.jobdir`); with
     `resume`, the segments an interrupted run of the same job finished are reused (an image is one step: it is
     simply run again). `renderer` renders a video's missing segments (default: in order, in this process;
-    `engine.cluster.RayRenderer`: on Ray workers); the plan, job folder, resume and join stay the same. Raises typed
-    errors only (InvalidInput, TruncatedInput, InsufficientDiskSpace, Cancelled …);
+    `engine.cluster.RayRenderer`: on Ray workers); the plan, job folder, resume and join stay the same. The output
+    carries signed C2PA Content Credentials (`signing`, else `engine.provenance.keys.resolve()`). Raises typed
+    errors only (InvalidInput, TruncatedInput, InsufficientDiskSpace, Cancelled, ContentRefused, SigningFailed …);
     on any error no output or partial file is left behind.
     """
     progress = progress or NullProgress()
@@ -185,18 +191,22 @@ def run(
     # The one choke point: every input and the output are checked before any frame is read or any model runs.
     checked = validate(job, chain, overwrite=overwrite)
     info, span, size = checked.info, checked.span, checked.output_size
+    # Provenance hook 1, before any output work: the signing key is checked, the content check runs (it may
+    # refuse the job) and the inputs are hashed.
+    sealing = seal.begin(job, chain, runtime, info, span, VERSION, signing)
     faces = face_stage(job, chain, runtime, info, span)
     job.output.parent.mkdir(parents=True, exist_ok=True)
     batch = batch_size(chain, runtime, info.width, info.height)
     segmented = None
     try:
         if info.kind == "image":
-            _run_image(job, chain, size, faces)
+            _run_image(job, chain, size, faces, sealing.seal)
             frames, audio = 1, False
         else:
             frames, audio, segmented = _run_video(
-                job, chain, runtime, info, span, size, batch, progress, faces, resume, renderer or _render_missing
-            )
+                job, chain, runtime, info, span, size, batch, progress, faces, resume, renderer or _render_missing,
+                sealing.seal,
+            )  # fmt: skip
     except KeyboardInterrupt:
         raise Cancelled("cancelled by the user; nothing was written") from None
     finally:
@@ -217,6 +227,8 @@ def run(
         frames_without_face=faces.empty_frames if faces else None,
         identity=faces.qa.summary() if faces and faces.qa else None,
         segments=segmented,
+        provenance=sealing.describe(),
+        notes=tuple(sealing.notes()),
     )
     try:
         _write_sidecar(job, report, info, span)
@@ -303,7 +315,13 @@ def _annotated(faces: _Faces | None, frames: Iterable[Frame], start: int = 0) ->
     return faces.annotate(frames, start)
 
 
-def _run_image(job: Job, chain: Sequence[FrameProcessor], size: tuple[int, int], faces: _Faces | None) -> None:
+def _run_image(
+    job: Job,
+    chain: Sequence[FrameProcessor],
+    size: tuple[int, int],
+    faces: _Faces | None,
+    finish: Callable[[Path], None],
+) -> None:
     image, alpha = video.read_image(job.target)
     ((frame, ctx),) = _annotated(faces, [image])
     if faces is not None and not ctx.faces:
@@ -313,7 +331,9 @@ def _run_image(job: Job, chain: Sequence[FrameProcessor], size: tuple[int, int],
     (result,) = _process(chain, faces.qa.check if faces and faces.qa else None, [frame], [ctx])
     if (result.shape[1], result.shape[0]) != size:
         raise RuntimeError(f"the chain returned {result.shape[1]}×{result.shape[0]}, expected {size[0]}×{size[1]}")
-    video.write_image(job.output, result, alpha=alpha, metadata=synthetic_metadata(job))
+    # Provenance hooks 2 and 3: the watermark goes into the output frame, the credentials into the finished file.
+    mark = watermark.marker(job.video.watermark)
+    video.write_image(job.output, mark(result), alpha=alpha, metadata=synthetic_metadata(job), finish=finish)
 
 
 @dataclass
@@ -360,6 +380,9 @@ def render_segment(
     progress = progress or NullProgress()
     job = render.job
     batch = render.batch
+    # Provenance hook 2: the watermark goes into each output frame before it is encoded (here, so that cluster
+    # workers mark the segments they render too).
+    mark = watermark.marker(job.video.watermark)
     encoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
     stop = threading.Event()
     with video.FrameWriter(
@@ -381,7 +404,7 @@ def render_segment(
                 if render.faces is not None:
                     render.faces.count(ctxs)
                 for out in _process(render.chain, render.check, batch_frames, ctxs, render.limit):
-                    _put(encoded, out, stop, encode)
+                    _put(encoded, mark(out), stop, encode)
                 progress.advance(len(chunk))
             _put(encoded, _END, stop, encode)
             encode.join()
@@ -406,8 +429,10 @@ def _run_video(
     faces: _Faces | None,
     resume: bool,
     renderer: SegmentRenderer,
+    finish: Callable[[Path], None],
 ) -> tuple[int, bool, dict[str, Any]]:
-    """Render the segments of `span` still missing in the job folder, join them with the audio into `job.output`;
+    """Render the segments of `span` still missing in the job folder, join them with the audio into `job.output`
+    (`finish` seals the joined file before it takes the output's name);
     returns the frames written, whether the output has audio (a span can hold none of a short audio track), and
     the segments summary of the report. The job folder is removed, or kept for `--resume` (see `engine.jobdir`)."""
     log.info("%d frames per processor call", batch)
@@ -445,6 +470,8 @@ def _run_video(
             # Output frame 0 is the span's start, so the audio starts there too.
             audio_start=float(span.start),
             audio_end=None if span.end is None else float(span.end),
+            # Provenance hook 3: the credentials are signed into the joined file before its final rename.
+            finish=finish,
         )
     except (KeyboardInterrupt, InsufficientDiskSpace) as exc:
         if not folder.done:
@@ -756,6 +783,8 @@ def _write_sidecar(job: Job, report: RunReport, info: video.MediaInfo, span: vid
     }
     if report.segments is not None:
         data["segments"] = report.segments
+    # Provenance hook 4: what was signed, with which key, the watermark and the content check.
+    data["provenance"] = report.provenance
     if info.kind == "video":
         # What the output covers, in seconds of the target from its first frame, and its rate.
         data["span"] = {

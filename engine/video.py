@@ -31,7 +31,7 @@ import statistics
 import struct
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -1185,6 +1185,7 @@ def join_segments(
     encoder: str = "libx264",
     audio_start: float = 0.0,
     audio_end: float | None = None,
+    finish: Callable[[Path], None] | None = None,
 ) -> MediaInfo:
     """Join video segments (path, frame count), played back to back at `rate` frames/s, into `output` without
     re-encoding them, muxing in the audio of `audio_from` once; returns what the finished file holds.
@@ -1192,7 +1193,8 @@ def join_segments(
     script: where to write the concat demuxer's list (a job folder). audio_from, audio_start, audio_end, metadata:
     as for `FrameWriter`; encoder: the one the segments were encoded with. Like `FrameWriter`, the file is made
     under a temp name, checked to hold exactly the frames of the parts, and only then renamed to `output`; on any
-    error or interruption ffmpeg is stopped and the temp file deleted (MediaError for a failure).
+    error or interruption ffmpeg is stopped and the temp file deleted (MediaError for a failure). `finish` is called
+    with the checked temp file just before the rename (the pipeline signs it there); its errors abort the join.
     """
     output = Path(output)
     ffmpeg = find_ffmpeg()
@@ -1217,6 +1219,8 @@ def join_segments(
         expected = sum(frames for _, frames in parts)
         if written.frame_count != expected:
             raise MediaError(f"{output} holds {written.frame_count} frames, its segments {expected}")
+        if finish is not None:
+            finish(partial)
         os.replace(partial, output)
     except BaseException:
         _stop(process, drain)
@@ -1336,6 +1340,7 @@ def write_image(
     frame: Frame,
     alpha: npt.NDArray[np.uint8] | None = None,
     metadata: Mapping[str, str] | None = None,
+    finish: Callable[[Path], None] | None = None,
 ) -> Path:
     """Encode `frame` (H×W×3 uint8 RGB) to `path`, in the format its extension names, atomically.
 
@@ -1344,8 +1349,9 @@ def write_image(
     metadata: string key/values, written as PNG text chunks, or for JPEG/WebP/TIFF as EXIF: ImageDescription
         holds them all as a JSON object and Software holds metadata["software"] (default "facestudio").
         BMP has no place for them. `read_image_metadata` reads them back.
-    JPEG and WebP are written at quality 95. The file is written to `.<stem>.partial<suffix>` and renamed.
-    Returns `path`.
+    JPEG and WebP are written at quality 95. The file is written to `.<stem>.partial<suffix>` and renamed;
+    `finish` is called with that temp file just before the rename (the pipeline signs it there; its errors leave
+    nothing behind). Returns `path`.
     """
     path = Path(path)
     image_format = IMAGE_FORMATS.get(path.suffix.lower())
@@ -1385,6 +1391,8 @@ def write_image(
     partial = _partial_path(path)
     try:
         image.save(partial, format=image_format, **options)
+        if finish is not None:
+            finish(partial)
         os.replace(partial, path)
     except BaseException:
         partial.unlink(missing_ok=True)
