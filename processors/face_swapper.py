@@ -32,8 +32,9 @@ LANDMARK_WARP = "landmark_warp"
 
 
 def _model_ids() -> list[str]:
-    """The face_swapper models of the active catalogue (read when asked: the catalogue can be swapped)."""
-    return [m.id for m in Manifest.load().for_task("face_swapper")]
+    """landmark_warp (code: valid whatever the catalogue) and the face_swapper models of the active catalogue
+    (read when asked: the catalogue can be swapped)."""
+    return list(dict.fromkeys([LANDMARK_WARP, *(m.id for m in Manifest.load().for_task("face_swapper"))]))
 
 
 class FaceSwapperOptions(ProcessorOptions):
