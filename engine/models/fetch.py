@@ -135,8 +135,14 @@ def ensure(
     # Check every placed file first, so a wrong file is reported even in offline mode.
     missing = [item for item, path in zip(items, paths, strict=True) if not _present(item, path)]
     unpinned = [item for item in missing if item.sha256 is None]
+    pinned = [item for item in missing if item.sha256 is not None]
     if unpinned:
-        raise ModelUnavailable(_missing_message(unpinned, folder, "no published sha256", _TRUST_FIRST))
+        # Nothing is fetched until the user trusts the unpinned files; the rest are named too, in the same line.
+        message = _missing_message(unpinned, folder, "no published sha256", _TRUST_FIRST)
+        if pinned:
+            why, alternative = ("offline", "or run without --offline") if offline else ("not fetched yet", "")
+            message += f"; {_missing_message(pinned, folder, why, alternative)}".rstrip()
+        raise ModelUnavailable(message)
     if missing and offline:
         raise ModelUnavailable(_missing_message(missing, folder, "offline", "or run without --offline"))
     failed: list[Downloadable] = []
@@ -286,8 +292,8 @@ def _open(
 
 
 _TRUST_FIRST = (
-    "with `python launch.py models fetch MODEL --trust-first`, which downloads it (or takes the copy placed there) "
-    "and records the sha256 it got, pinning the file from then on"
+    "with `python launch.py models fetch ID --trust-first` (ID: the model the file belongs to), which "
+    "takes the file as it comes (or the copy placed there) and records its sha256, pinning it from then on"
 )
 
 
