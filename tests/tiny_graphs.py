@@ -170,7 +170,14 @@ def live_portrait(folder: Path) -> dict[str, Path]:
         numpy_helper.from_array(np.float32(50.0), "gain"),
     ]
     nodes = [
-        helper.make_node("Resize", ["feature_volume", "", "scales"], ["up"], mode="nearest"),
+        helper.make_node(
+            "Resize",
+            ["feature_volume", "", "scales"],
+            ["up"],
+            mode="nearest",
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
+        ),  # fmt: skip
         helper.make_node("Mul", ["up", "two"], ["up2"]),
         helper.make_node("Sub", ["up2", "one"], ["up3"]),
         helper.make_node("Sub", ["source", "target"], ["d"]),
