@@ -196,14 +196,12 @@ def wav2lip(path: Path, gain: float = 1.0) -> bytes:
     half of the target (channels 3–5) plus `gain`·(mean mel + 4). Silence (every mel value −4) gives back the
     crop as it was; speech brightens the mouth: the output depends on the audio window it gets."""
     inits = [
-        numpy_helper.from_array(np.int64([3]), "c0"),
-        numpy_helper.from_array(np.int64([6]), "c1"),
-        numpy_helper.from_array(np.int64([1]), "axis"),
+        numpy_helper.from_array(np.int64([3, 3]), "halves"),
         numpy_helper.from_array(np.float32(4.0), "four"),
         numpy_helper.from_array(np.float32(gain), "gain"),
     ]
     nodes = [
-        helper.make_node("Slice", ["target", "c0", "c1", "axis"], ["ref"]),
+        helper.make_node("Split", ["target", "halves"], ["masked", "ref"], axis=1),
         helper.make_node("ReduceMean", ["source"], ["m"], keepdims=0),
         helper.make_node("Add", ["m", "four"], ["m4"]),
         helper.make_node("Mul", ["m4", "gain"], ["lift"]),
