@@ -101,7 +101,7 @@ def test_builtin_presets_validate_and_preset_rejects_target() -> None:
 
 
 def test_missing_preset_names_the_builtin_ones() -> None:
-    with pytest.raises(InvalidJob, match="preset 'nope' not found; built-in presets: anime, default, inswapper"):
+    with pytest.raises(InvalidJob, match="preset 'nope' not found; built-in presets: anime, default, hyperswap, inswapper, lip_sync"):
         load_preset_raw("nope")
 
 

@@ -250,3 +250,19 @@ def test_models_list_shows_pins_and_what_a_chain_allows(capsys: pytest.CaptureFi
     assert "needs buffalo_l_w600k_r50, crossface_ghost: the chain is NON-COMMERCIAL" in text
     assert re.search(r"ghost_3_256\.onnx \(size not published\) — sha256 pinned to ONE public record", text)
     assert "no published sha256: `models fetch ghost_1_256 --trust-first` records one" in text
+
+
+def test_the_readme_models_table_is_the_catalogue() -> None:
+    """README's table of models by task says what `models list` does: licence, what the chain allows, pins."""
+    section = (Path(__file__).parent.parent / "README.md").read_text().split("\n## Models\n")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| (\w+) \| `(\w+)`(?: \(([^)]*)\))? \| (.+?) \| (.+?) \|$", section, re.M)
+    manifest = Manifest.load()
+    assert {model for _, model, *_ in rows} == set(manifest.models)
+    for task, model, pins, licence, use in rows:
+        spec = manifest.get(model)
+        assert (task, licence) == (spec.task, spec.licence), model
+        blocking = [m.id for m in manifest.chain(model) if not m.commercial_use]
+        assert use == ("yes" if not blocking else f"no: needs {', '.join(blocking)}" if spec.commercial_use else "no")
+        files = [f for f in spec.files if not f.embedded]
+        expected = {"trust-first" for f in files if f.sha256 is None} | {"one record" for f in files if f.records == 1}
+        assert set(filter(None, pins.split(", "))) == expected, model
