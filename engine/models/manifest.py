@@ -58,7 +58,7 @@ class IOSpec(_Strict):
     Input: a float32 NCHW tensor `x = (pixel / 255 - mean) / std`, channels in `colour` order.
     Output: NCHW in `colour` order, values in `output_range`, mapped linearly back to 0–255 and clamped
     (models overshoot their range).
-    `source`: a face swapper's second input, the 1×512 float32 identity latent, fed as is (not an image).
+    `source`: a face swapper's identity input (a 1×512 float32 latent, or an aligned source crop: its SwapSpec).
     `fidelity`: a face restorer's second input, its fidelity weight as a float32 array of shape [1] in [0, 1]
     (CodeFormer's `w`).
     Without a declared signature the graph takes its inputs in the order `input`, then `source` or `fidelity`.
@@ -146,11 +146,6 @@ class FileSpec(_Strict):
         if self.sha256 is None and self.url is None:
             raise ValueError(f"{self.filename}: only a downloaded file may lack a sha256 (it is trusted on first use)")
         return self
-
-    @property
-    def pinned(self) -> bool:
-        """Whether the file has a sha256 to be checked against (published, or recorded at its first download)."""
-        return self.sha256 is not None
 
     def pin_note(self) -> str:
         """What backs the sha256, for messages: empty when several public records agree."""
@@ -357,17 +352,20 @@ class Manifest(_Strict):
             records = {(str(r["filename"]), str(r["url"])): r for r in json.loads(path.read_text("utf-8"))["trusted"]}
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InvalidInput(f"{path} is unreadable ({exc}); delete it and fetch again".splitlines()[0]) from None
-        models = dict(self.models)
-        for model_id, spec in self.models.items():
-            files = []
-            for file in spec.files:
-                record = records.get((file.filename, file.url or "")) if file.sha256 is None else None
-                if record is not None:
-                    update = {"sha256": str(record["sha256"]), "size": int(record["size"]), "first_download": True}
-                    file = FileSpec.model_validate({**file.model_dump(), **update})
-                files.append(file)
-            models[model_id] = spec.model_copy(update={"files": tuple(files)})
-        return Manifest(models=models)
+
+        def trusted(file: FileSpec) -> FileSpec:
+            record = records.get((file.filename, file.url or "")) if file.sha256 is None else None
+            if record is None:
+                return file
+            update = {"sha256": str(record["sha256"]), "size": int(record["size"]), "first_download": True}
+            return FileSpec.model_validate({**file.model_dump(), **update})
+
+        return Manifest(
+            models={
+                model_id: spec.model_copy(update={"files": tuple(trusted(f) for f in spec.files)})
+                for model_id, spec in self.models.items()
+            }
+        )
 
     def chain(self, model_id: str) -> list[ModelSpec]:
         """The model and every model it needs, each once, in the order they are needed."""
