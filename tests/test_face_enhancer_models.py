@@ -122,3 +122,19 @@ def test_offline_enhancer_exits_3_naming_file_url_licence_and_folder(
     file = next(f for f in spec.files if f.format == "onnx")
     assert file.filename in err and str(file.url) in err and spec.licence in err
     assert os.environ["FACESTUDIO_MODELS"] in err and "NON-COMMERCIAL" in err
+
+
+def test_facefusions_codeformer_takes_its_float64_weight_through_fixed_buffers(catalogue: Path) -> None:
+    """On CUDA a fixed-shape graph runs from buffers allocated once by element type (the CUDA graph path); the same
+    binding on the CPU shows FaceFusion's codeformer.onnx gets its float64 `weight` there too."""
+    import onnxruntime as ort
+
+    from engine.backends.onnx import _Binding
+
+    session = ort.InferenceSession(str(catalogue / "codeformer.onnx"), providers=["CPUExecutionProvider"])
+    binding = _Binding(session, "cpu", 0, fixed=True)
+    image = np.random.default_rng(0).random((1, 3, 512, 512), dtype=np.float32)
+    for weight in (0.0, 0.7):
+        (bound,) = binding.run({"input": image, "weight": np.array([weight])})
+        (plain,) = session.run(None, {"input": image, "weight": np.array([weight])})
+        np.testing.assert_array_equal(bound, plain)
