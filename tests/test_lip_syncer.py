@@ -198,3 +198,47 @@ def test_offline_exits_3_naming_file_url_licence_and_folder(
     assert code == 3 and err.count("\n") == 1
     assert spec.files[0].filename in err and str(spec.files[0].url) in err and "Wav2Lip: personal, research" in err
     assert "no published sha256" in err and os.environ["FACESTUDIO_MODELS"] in err and "NON-COMMERCIAL" in err
+
+
+def test_the_wav2lip_tensor_follows_the_facts(media: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """MODELS.md §11: the mouth box (the 68 landmarks' bounds in the ffhq_512 crop) at 96×96, BGR/255: channels 0–2
+    the box with rows 48–95 zeroed, 3–5 the whole box; `source` the 1×1×80×16 mel window; the output read as BGR."""
+    from engine.job import RuntimeSettings
+    from engine.models.runtime import LoadedModel, Runtime
+    from engine.processor import FrameContext
+    from processors.lip_syncer import LipSyncer, LipSyncerOptions
+
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(media["manifest"]))
+    monkeypatch.setenv("FACESTUDIO_MODELS", str(media["root"] / "models"))
+    processor = LipSyncer(LipSyncerOptions(backend="onnx", mask_blur=0.0), Runtime(RuntimeSettings(device="cpu")))
+    seen: list[dict] = []
+
+    class Spy:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def run(self, inputs: dict) -> list:
+            seen.append({k: np.array(v) for k, v in inputs.items()})
+            return self.inner.run(inputs)  # type: ignore[attr-defined]
+
+    processor.loaded = LoadedModel(processor.loaded.spec, processor.loaded.file, Spy(processor.loaded.session))  # type: ignore[arg-type]
+    processor._mel = np.zeros((80, 400), np.float32)  # silence: the stand-in hands back its reference half
+    (face,) = [f for f in EmbeddedAnalyser("hog").detect(two_faces()) if f.box[0] < 200]
+    background = np.array([200, 60, 20])  # RGB
+    frame = np.empty((200, 400, 3), np.uint8)
+    frame[:] = background
+    (out,) = processor.process([frame], [FrameContext(index=0, faces=(face,), time=1.0)])
+    (call,) = seen
+    target, source = call["target"], call["source"]
+    assert target.shape == (1, 6, 96, 96) and source.shape == (1, 1, 80, 16)
+    bgr = background[::-1] / 255
+    np.testing.assert_allclose(target[0, 3:].reshape(3, -1).mean(axis=1), bgr, atol=2e-3)  # whole box, BGR/255
+    np.testing.assert_allclose(target[0, :3, :48].reshape(3, -1).mean(axis=1), bgr, atol=2e-3)  # upper half kept
+    assert (target[0, :3, 48:] == 0).all()  # lower half blanked
+    assert (source == -4).all()  # silence, log-scaled and clipped
+    # The stand-in returns channels 3–5 unchanged; read back as BGR the mouth keeps its colours (RGB would swap them).
+    mouth = out[
+        int(face.landmarks68[51, 1]) : int(face.landmarks68[57, 1]),
+        int(face.landmarks68[48, 0]) : int(face.landmarks68[54, 0]),
+    ]
+    assert np.abs(mouth.astype(int) - background).max() <= 2
