@@ -266,3 +266,16 @@ def test_the_readme_models_table_is_the_catalogue() -> None:
         files = [f for f in spec.files if not f.embedded]
         expected = {"trust-first" for f in files if f.sha256 is None} | {"one record" for f in files if f.records == 1}
         assert set(filter(None, pins.split(", "))) == expected, model
+
+
+def test_a_downloaded_graph_whose_entry_declares_nothing_is_not_run(tmp_path: Path) -> None:
+    graph = tmp_path / "hs.onnx"
+    tiny_graphs.swapper(graph, Manifest.load().get("hyperswap_1a_256").io)
+    manifest = tiny_graphs.write_manifest(tmp_path / "m.toml", {"hyperswap_1a_256": graph})
+    text = manifest.read_text()
+    start = text.index("[io.hyperswap]")
+    end = text.index("[swap.hyperswap]")
+    undeclared = "\n".join(line for line in text[start:end].splitlines() if not line.startswith(("inputs", "outputs")))
+    manifest.write_text(text[:start] + undeclared + "\n\n" + text[end:])
+    with pytest.raises(ModelSignatureMismatch, match="declares no inputs and outputs to check it against"):
+        _runtime(manifest, tmp_path).load("hyperswap_1a_256", "onnx")

@@ -102,11 +102,17 @@ def checked(spec: ModelSpec, file: FileSpec, path: Path) -> ModelSpec:
     graph's order (a converted graph's torch module takes them positionally), after checking the graph.
 
     Only downloaded ONNX graphs are checked; embedded, exported and converted files are facestudio's own. Raises
-    ModelSignatureMismatch (one line: the file, then each difference) when the graph is not the declared one.
+    ModelSignatureMismatch (one line: the file, then each difference) when the graph is not the declared one, or
+    when the catalogue declares nothing to check it against.
     """
     io = spec.io_for(file)
-    if file.format != "onnx" or file.url is None or not (io.inputs or io.outputs):
+    if file.format != "onnx" or file.url is None:
         return spec if io is spec.io else spec.model_copy(update={"io": io})
+    if not (io.inputs and io.outputs):
+        raise ModelSignatureMismatch(
+            f"{path} is a downloaded graph whose catalogue entry ({spec.id}) declares no inputs and outputs to check "
+            "it against, so it is not run; add them to the entry (engine/models/manifest.toml shows how)"
+        )
     inputs, outputs = read_signature(path)
     found = differences(io, spec.input_size, inputs, outputs)
     if found:
