@@ -90,9 +90,8 @@ class FaceSwapperOptions(ProcessorOptions):
 
 
 def boost_sizes(spec: ModelSpec) -> tuple[int, ...]:
-    """The face sizes in px a swapper runs at: its catalogue's list, else its own size."""
-    size = spec.input_size or 0
-    return tuple(s for s in (spec.swap.pixel_boost if spec.swap else ()) if s % size == 0) or (size,)
+    """The face sizes in px a swapper runs at: its catalogue's list (multiples of its size), else its own size."""
+    return (spec.swap.pixel_boost if spec.swap else ()) or (spec.input_size or 0,)
 
 
 class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
@@ -206,11 +205,10 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         if not jobs:
             return list(frames)
         source = self._identity(next(c for c in ctxs if c.faces))
-        model_size = spec.input_size or 0
-        size = self.options.pixel_boost or model_size
-        k = size // model_size
-        template = spec.template or "arcface_128"
-        affines = [estimate_affine(face.landmarks5, template, size) for _, face in jobs]
+        assert spec.input_size is not None and spec.template is not None  # the catalogue requires both of a swapper
+        size = self.options.pixel_boost or spec.input_size
+        k = size // spec.input_size
+        affines = [estimate_affine(face.landmarks5, spec.template, size) for _, face in jobs]
         crops = np.stack([warp_face(frames[i], m, size) for (i, _), m in zip(jobs, affines, strict=True)])
         subs = swapper.swap(self.swapper.session, spec.io, swapper.split(crops, k), source)
         swapped = swapper.weave(subs, k)

@@ -279,3 +279,28 @@ def test_a_downloaded_graph_whose_entry_declares_nothing_is_not_run(tmp_path: Pa
     manifest.write_text(text[:start] + undeclared + "\n\n" + text[end:])
     with pytest.raises(ModelSignatureMismatch, match="declares no inputs and outputs to check it against"):
         _runtime(manifest, tmp_path).load("hyperswap_1a_256", "onnx")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("pixel_boost = [256, 512, 768, 1024]", "pixel_boost = [256, 384]"), "multiples of its input_size"),
+        (('recogniser = "buffalo_l_w600k_r50"\nembedding = "unit"\npixel', 'recogniser = "crossface_ghost"\npixel'),
+         "its recogniser 'crossface_ghost' is not a face_recogniser model"),
+        (('source = "embedding"\nrecogniser = "buffalo_l_w600k_r50"\nembedding = "unit"\npixel',
+          'source = "image"\npixel'), "an image source needs its crop's template and size"),
+    ],
+)  # fmt: skip
+def test_a_swapper_entry_that_cannot_run_is_refused_when_the_catalogue_loads(
+    change: tuple[str, str], message: str, tmp_path: Path
+) -> None:
+    from engine.errors import InvalidInput
+    from engine.models.manifest import MANIFEST_PATH
+
+    text = MANIFEST_PATH.read_text()
+    start = text.index("[swap.hyperswap]")
+    section = text[start:].replace(*change, 1)
+    assert section != text[start:]
+    (tmp_path / "m.toml").write_text(text[:start] + section)
+    with pytest.raises(InvalidInput, match=re.escape(message)):
+        Manifest.load(tmp_path / "m.toml")

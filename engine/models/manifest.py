@@ -296,6 +296,10 @@ class Manifest(_Strict):
                     raise ValueError(f"{spec.id}: its {role} {ref!r} is not a {task} model of this catalogue")
             if spec.task == "face_swapper" and spec.swap is None and spec.arch != "landmark_warp":
                 raise ValueError(f"{spec.id}: a face swapper needs its [swap] table (where its identity comes from)")
+            if spec.swap is not None and (spec.input_size is None or spec.template is None):
+                raise ValueError(f"{spec.id}: a face swapper needs the input_size and template of its crop")
+            if spec.swap is not None and any(s % (spec.input_size or 1) for s in spec.swap.pixel_boost):
+                raise ValueError(f"{spec.id}: its pixel_boost sizes must be multiples of its input_size")
         return self
 
     @classmethod
