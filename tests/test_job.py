@@ -69,7 +69,7 @@ def test_unknown_override_keys(sets: list[str], message: str) -> None:
         ({"runtime": {"device": "tpu"}}, "runtime.device: String should match pattern"),
         (
             {"processors": ["morpher"]},
-            "unknown processor 'morpher'; available: face_swapper, expression_restorer, lip_syncer, face_enhancer, frame",
+            "unknown processor 'morpher'; available: face_swapper, expression_restorer, lip_syncer, face_enhancer",
         ),
         ({"processors": []}, "no processors chosen"),
         ({"colour": 1}, "unknown setting 'colour'"),
@@ -101,7 +101,9 @@ def test_builtin_presets_validate_and_preset_rejects_target() -> None:
 
 
 def test_missing_preset_names_the_builtin_ones() -> None:
-    with pytest.raises(InvalidJob, match="preset 'nope' not found; built-in presets: anime, default, hyperswap, inswapper, lip_sync"):
+    with pytest.raises(
+        InvalidJob, match="preset 'nope' not found; built-in presets: anime, default, hyperswap, inswapper"
+    ):
         load_preset_raw("nope")
 
 
