@@ -21,7 +21,7 @@ from engine import consent
 from engine.errors import ConsentRequired, FacestudioError, InvalidJob
 from engine.job import Job, Preset, RuntimeSettings, apply_overrides, load_preset_raw, preset_schema
 from engine.models import fetch
-from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest
+from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, record_trusted
 from engine.models.runtime import Runtime
 from engine.processor import FrameProcessor
 from engine.progress import for_terminal
@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     mfetch = msub.add_parser("fetch", help="download model files (licence shown first)")
     mfetch.add_argument("ids", nargs="*", metavar="ID")
     mfetch.add_argument("--preset", help="fetch what a preset's processors need")
+    mfetch.add_argument(
+        "--trust-first",
+        action="store_true",
+        help="also fetch files no public record gives a sha256 for, and record the sha256 each arrives with",
+    )
     mverify = msub.add_parser("verify", help="check the sha256 of every present model file")
     mverify.add_argument("ids", nargs="*", metavar="ID")
     mexport = msub.add_parser("export", help="export a PyTorch model to ONNX and record its sha256")
@@ -367,14 +372,29 @@ def cmd_models(args: argparse.Namespace) -> int:
         return _models_fetch_preset(runtime, args.preset)
     if not ids:
         raise UsageError("name the models to fetch (see `python launch.py models list`) or give --preset")
-    return _models_fetch(manifest, runtime, ids)
+    return _models_fetch(manifest, runtime, ids, trust_first=args.trust_first)
 
 
 def _file_status(runtime: Runtime, file: FileSpec) -> str:
-    """The file's state: embedded, present, missing or mismatch (wrong sha256); embedded files are not hashed."""
+    """The file's state: embedded, present, missing, mismatch (wrong sha256), or unpinned (a file is there but
+    no sha256 pins it yet: `models fetch ID --trust-first` records one); embedded files are not hashed."""
     if file.embedded:
         return "embedded" if file.package_dir() is not None else "missing"
+    if file.sha256 is None:
+        return "unpinned" if runtime.local_path(file).is_file() else "missing"
     return fetch.verify(file, runtime.folders.models).replace("ok", "present")
+
+
+def _pin(file: FileSpec) -> str:
+    """What backs a file's sha256: `records` (several public records agree), `one record`, `trust-first` (none:
+    fetched only with --trust-first), `first download` (recorded here by --trust-first) or `embedded`."""
+    if file.embedded or file.exported:
+        return "embedded" if file.embedded else "exported"
+    if file.first_download:
+        return "first download"
+    if file.sha256 is None:
+        return "trust-first"
+    return "one record" if file.records == 1 else "records"
 
 
 def _models_list(manifest: Manifest, runtime: Runtime, as_json: bool) -> int:
@@ -388,10 +408,13 @@ def _models_list(manifest: Manifest, runtime: Runtime, as_json: bool) -> int:
                 "size": (f.size or 0) + (f.bin_size or 0),
                 "url": f.url,
                 "sha256": f.sha256,
+                "pin": _pin(f),
+                "records": f.records,
             }
             for f in spec.files
         ]
         available = any(f["status"] in {"embedded", "present"} for f in files)
+        chain = manifest.chain(spec.id)
         rows.append(
             {
                 "id": spec.id,
@@ -399,6 +422,10 @@ def _models_list(manifest: Manifest, runtime: Runtime, as_json: bool) -> int:
                 "title": spec.title,
                 "licence": spec.licence,
                 "commercial_use": spec.commercial_use,
+                "caveat": spec.caveat,
+                "needs": list(spec.needs),
+                "chain_commercial_use": all(m.commercial_use for m in chain),
+                "chain_licence": manifest.chain_licence(spec.id),
                 "available": available,
                 "files": files,
             }
@@ -410,8 +437,18 @@ def _models_list(manifest: Manifest, runtime: Runtime, as_json: bool) -> int:
     for row in rows:
         use = "" if row["commercial_use"] else " [NON-COMMERCIAL]"
         print(f"{row['id']:<30} {row['task']:<15} {row['licence']}{use} — {row['title']}")
+        if row["caveat"]:
+            print(f"    caveat: {row['caveat']}")
+        if row["needs"]:
+            print(f"    needs {', '.join(row['needs'])}: {row['chain_licence']}")
         for f in row["files"]:
-            print(f"    {f['status']:<9} {f['format']:<5} {f['file']} ({f['size'] / 1e6:.1f} MB)")
+            size = f"{f['size'] / 1e6:.1f} MB" if f["size"] else "size not published"
+            pin = {
+                "one record": " — sha256 pinned to ONE public record",
+                "trust-first": f" — no published sha256: `models fetch {row['id']} --trust-first` records one",
+                "first download": " — sha256 recorded at its first download here (no public record)",
+            }.get(f["pin"], "")
+            print(f"    {f['status']:<9} {f['format']:<5} {f['file']} ({size}){pin}")
     return 0
 
 
@@ -466,19 +503,41 @@ def _models_fetch_preset(runtime: Runtime, preset_name: str) -> int:
     return 0
 
 
-def _models_fetch(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
-    """Download the named models: for an embedded model its official original files; otherwise the one file
-    the default backend would load (not every alternative variant)."""
-    items = []
-    for model_id in ids:
+def _models_fetch(manifest: Manifest, runtime: Runtime, ids: list[str], *, trust_first: bool = False) -> int:
+    """Download the named models and the models they need: for an embedded model its official original files;
+    otherwise the one file the default backend would load (not every alternative variant).
+
+    A file no public record gives a sha256 for is fetched only with `trust_first`: it is downloaded as it comes
+    (or a copy already placed is taken), and the sha256 it has is recorded, pinning it from then on."""
+    items: list[tuple[str, FileSpec]] = []
+    chains = list(dict.fromkeys(m.id for model_id in ids for m in manifest.chain(model_id)))
+    for model_id in chains:
         spec = manifest.get(model_id)
-        # The licence is shown before any byte is downloaded.
+        # The licence is shown before any byte is downloaded; and what the chain as a whole allows.
         print(f"licence: {spec.licence_line()}", file=sys.stderr)
-        if spec.embedded:
-            items += [f for f in spec.files if not f.embedded]
-        else:
-            items.append(runtime.choose_file(spec, runtime.backend_for(None)))
-    paths = fetch.ensure(items, runtime.folders.models, offline=False, progress_factory=_download_progress)
+        if spec.needs:
+            print(
+                f"licence: {model_id} needs {', '.join(spec.needs)}: {manifest.chain_licence(model_id)}",
+                file=sys.stderr,
+            )
+        files = (
+            [f for f in spec.files if not f.embedded]
+            if spec.embedded
+            else [runtime.choose_file(spec, runtime.backend_for(None))]
+        )
+        items += [(model_id, f) for f in files]
+    folder = runtime.folders.models
+    unpinned = [(m, f) for m, f in items if f.sha256 is None]
+    if trust_first:
+        for model_id, file in unpinned:
+            print(f"warning: no public record gives a sha256 for {file.filename}: taking it as it comes from "
+                  f"{file.url} and recording the sha256 it has", file=sys.stderr)  # fmt: skip
+            path = fetch.fetch(file, folder, progress=_download_progress(file), trust_first=True)
+            digest = fetch.sha256_file(path)
+            record = record_trusted(folder, model_id, file, digest, path.stat().st_size)
+            print(f"trusted {path} (sha256 {digest}, recorded in {record})")
+        items = [(m, f) for m, f in items if f.sha256 is not None]
+    paths = fetch.ensure([f for _, f in items], folder, offline=False, progress_factory=_download_progress)
     for path in paths:
         print(f"ok {path}")
     return 0

@@ -52,6 +52,10 @@ class ChecksumMismatch(ModelUnavailable):
     """A downloaded or placed model file does not have the manifest's sha256 (exit 3)."""
 
 
+class ModelSignatureMismatch(ModelUnavailable):
+    """A downloaded graph's inputs or outputs differ from what its manifest entry declares (exit 3)."""
+
+
 class UnsafeWeights(ModelUnavailable):
     """A weights file holds pickled Python objects besides tensors (code could run on load); refused (exit 3)."""
 

@@ -247,11 +247,15 @@ class _Faces:
     qa: IdentityQA | None
     faces: int = 0
     empty_frames: int = 0
+    # Output frame 0's time in the target (seconds) and the output rate (None: an image, which has no time).
+    span_start: float = 0.0
+    rate: float | None = None
 
     def annotate(self, frames: Iterable[Frame], start: int = 0) -> Iterator[tuple[Frame, FrameContext]]:
         """Each frame with its faces; frames are numbered from `start` (the output frame of the first one)."""
         for index, (frame, found) in enumerate(self.stage.annotate(frames), start):
-            yield frame, FrameContext(index=index, faces=found, source=self.stage.source)
+            time = None if self.rate is None else self.span_start + index / self.rate
+            yield frame, FrameContext(index=index, faces=found, source=self.stage.source, time=time, original=frame)
 
     def count(self, ctxs: Iterable[FrameContext]) -> None:
         """Count the faces of frames being processed (not when found: analysis runs ahead of processing)."""
@@ -285,7 +289,8 @@ def face_stage(
     qa = None
     if stage.source is not None and job.faces.qa_every > 0:
         qa = IdentityQA(stage.analyser, stage.source.embedding, every=job.faces.qa_every)
-    return _Faces(stage, qa)
+    rate = float(span.rate) if info.kind == "video" else None
+    return _Faces(stage, qa, span_start=float(span.start), rate=rate)
 
 
 QualityCheck = Callable[[int, Frame, Frame, tuple[Face, ...]], None]

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.types import Face, Frame
 
 if TYPE_CHECKING:
+    from engine.job import Job
     from engine.models.runtime import Runtime
 
 
@@ -39,11 +40,16 @@ class FrameContext:
 
     index: 0-based frame number in the target. faces: faces found on the *input* frame (empty when no processor
     of the chain needs faces). source: the job's source identity, computed once per job (None without sources).
+    time: the frame's presentation time in seconds from the target's start (None for an image, or where the
+    caller does not know it). original: the input frame as read from the target, before any processor of the
+    chain (the one `faces` were found on; None where the caller does not give it).
     """
 
     index: int
     faces: tuple[Face, ...] = ()
     source: Any = None
+    time: float | None = None
+    original: Frame | None = None
 
 
 class FrameProcessor(ABC, Generic[OptionsT]):
@@ -64,6 +70,10 @@ class FrameProcessor(ABC, Generic[OptionsT]):
     def __init__(self, options: OptionsT, runtime: Runtime) -> None:
         self.options = options
         self.runtime = runtime
+
+    def bind_job(self, job: Job) -> None:
+        """Called once per job before any frame (by `processors.build_chain`): a processor that reads the job's
+        target itself (the lip syncer: its audio track) takes what it needs here. Default: nothing."""
 
     @classmethod
     def model_ids(cls, options: ProcessorOptions) -> list[str]:

@@ -14,7 +14,14 @@ from spandrel.architectures.Compact import Compact as SRVGGNetCompact
 
 import cli
 from engine import video
-from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable, UnsafeWeights
+from engine.errors import (
+    BackendUnavailable,
+    ChecksumMismatch,
+    InvalidInput,
+    ModelSignatureMismatch,
+    ModelUnavailable,
+    UnsafeWeights,
+)
 from engine.job import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, Runtime
@@ -227,15 +234,19 @@ def test_cached_conversion_is_verified_before_reuse(tiny: tuple[Runtime, Path]) 
 
 
 def test_a_file_that_is_not_what_the_manifest_says_is_a_typed_error(tiny: tuple[Runtime, Path], tmp_path: Path) -> None:
-    # The manifest calls the (pickled) tiny.pth an ONNX graph: loading it says so in one line, on either backend.
+    # The manifest calls the (pickled) tiny.pth an ONNX graph (declaring its I/O, as a downloaded graph must):
+    # loading it says so in one line, on either backend.
     text = (tmp_path / "manifest.toml").read_text().replace('format = "pth"', 'format = "onnx"')
+    text = text.replace(
+        "output_range = [0.0, 1.0]\n", 'output_range = [0.0, 1.0]\ninputs = [{ name = "input" }]\noutputs = [{}]\n', 1
+    )
     (tmp_path / "onnx_manifest.toml").write_text(text)
     for backend in ("torch", "onnx"):
         runtime = Runtime(
             RuntimeSettings(device="cpu"), manifest=Manifest.load(tmp_path / "onnx_manifest.toml"),
             folders=tiny[0].folders,
         )  # fmt: skip
-        with pytest.raises((InvalidInput, BackendUnavailable), match="tiny.pth") as info:
+        with pytest.raises((InvalidInput, BackendUnavailable, ModelSignatureMismatch), match="tiny.pth") as info:
             runtime.load("realesr_general_x4v3", backend)
         assert "\n" not in str(info.value)
 

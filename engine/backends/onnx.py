@@ -220,7 +220,8 @@ class OnnxSession:
             raise
 
 
-_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+# float64: CodeFormer's `weight` in FaceFusion's export.
+_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
 
 class _Binding:

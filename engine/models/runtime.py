@@ -33,7 +33,7 @@ from engine import metrics
 from engine.backends import BackendName, Device, Session, gpu_visible
 from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable
 from engine.memory import auto_batch, available_memory, importable, on_gpu
-from engine.models import fetch
+from engine.models import fetch, signature
 from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, ModelSpec
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class Runtime:
     _warm: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.manifest = self.manifest.with_exports(self.folders.models)
+        self.manifest = self.manifest.with_trusted(self.folders.models).with_exports(self.folders.models)
 
     # -- choosing files -------------------------------------------------------------------------------------
     def backend_for(self, requested: str | None) -> BackendName:
@@ -138,6 +138,8 @@ class Runtime:
 
         A present file with the wrong sha256 raises ChecksumMismatch and is left in place for the user.
         """
+        if file.sha256 is None:
+            return False  # never verified here: only `models fetch --trust-first` may take such a file
         path = self.local_path(file)
         pairs = [(path, file.sha256)]
         if file.bin is not None and file.bin_sha256 is not None:
@@ -156,8 +158,9 @@ class Runtime:
                     if file.exported
                     else "delete it to download it again"
                 )
+                note = f"; {file.pin_note()}" if file.pin_note() else ""
                 raise ChecksumMismatch(
-                    f"{p} has sha256 {actual[:12]}…, expected {expected[:12]}… (modified or corrupt); {fix}"
+                    f"{p} has sha256 {actual[:12]}…, expected {expected[:12]}… (modified or corrupt{note}); {fix}"
                 )
             self._verified.add(p)
         return True
@@ -214,6 +217,7 @@ class Runtime:
             started = time.perf_counter()
             spec = self.manifest.get(model_id)
             (file,) = self.ensure([model_id], name)
+            spec = signature.checked(spec, file, self.local_path(file))
             session = self._open_onnx(spec, file) if name == "onnx" else self._open_torch(spec, file)
             metrics.record_model_load(model_id, name, time.perf_counter() - started)
             log.info("loaded %s from %s on %s", model_id, file.filename, session.provider)
