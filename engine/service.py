@@ -15,7 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -90,6 +90,8 @@ class FrameRenderer:
     chain: list[FrameProcessor]
     faces: Any = None  # pipeline's face stage with its source identity, None when no processor needs faces
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Each frame's presentation time in seconds from the target's start (empty for an image or a camera).
+    times: tuple[float, ...] = ()
     _found: dict[int, tuple[FrameContext, tuple[Face, ...]]] = field(default_factory=dict, repr=False)
 
     def update_chain(self, chain: list[FrameProcessor]) -> None:
@@ -115,6 +117,8 @@ class FrameRenderer:
                     self._found[index] = (ctx, detected)
                     while len(self._found) > _FRAMES_KEPT:
                         self._found.pop(next(iter(self._found)))
+            # What a run's context holds too: the frame's time in the target and the frame as read.
+            ctx = replace(ctx, time=self.times[index] if index < len(self.times) else None, original=frame)
             faces_done = time.perf_counter()
             after = pipeline.process_frame(self.chain, frame, ctx)
             done = time.perf_counter()
@@ -159,8 +163,13 @@ class Service:
         )
 
     def chain(self, job: Preset, runtime: Runtime) -> list[FrameProcessor]:
-        """The job's processors in order; each loads its models now (once per job: sessions stay warm)."""
-        return [self.registry[pid](job.options[pid], runtime) for pid in job.processors]
+        """The job's processors in order, each bound to the job (`FrameProcessor.bind_job`: the lip syncer takes
+        its audio there); each loads its models now (once per job: sessions stay warm)."""
+        chain = [self.registry[pid](job.options[pid], runtime) for pid in job.processors]
+        if isinstance(job, Job):
+            for processor in chain:
+                processor.bind_job(job)
+        return chain
 
     def run(
         self, job: Job, progress: Progress | None = None, *, overwrite: bool = False, **kwargs: Any
@@ -226,7 +235,8 @@ class Service:
             return kept
         info = video.probe(target)
         span = video.select(info)
-        made = FrameRenderer(job, runtime, chain, pipeline.face_stage(job, chain, runtime, info, span))
+        times = tuple(float(t * info.time_base) for t in info.timestamps) if info.kind == "video" else ()
+        made = FrameRenderer(job, runtime, chain, pipeline.face_stage(job, chain, runtime, info, span), times=times)
         with self._lock:
             self._renderers[key] = made
             while len(self._renderers) > _FRAMES_KEPT:

@@ -65,3 +65,30 @@ def test_models_say_what_is_here_and_what_can_be_downloaded() -> None:
     dlib = statuses["dlib_resnet_v1"]
     assert (dlib.availability, dlib.downloadable) == ("embedded", False)  # nothing published to fetch
     assert statuses["inswapper_128"].commercial_use is False
+
+
+def test_a_preview_frame_carries_its_time_and_original_and_the_chain_is_bound_to_the_job(clip: Path) -> None:
+    from typing import ClassVar
+
+    from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
+    from processors import build_registry
+
+    seen: list[tuple[float | None, bool, str]] = []
+
+    class Recorder(FrameProcessor[ProcessorOptions]):
+        id: ClassVar[str] = "recorder"
+        title: ClassVar[str] = "Recorder"
+        Options: ClassVar[type[ProcessorOptions]] = ProcessorOptions
+
+        def bind_job(self, job: object) -> None:
+            self.target = job.target.name  # type: ignore[attr-defined]
+
+        def process(self, frames: list, ctxs: list[FrameContext]) -> list:
+            for frame, ctx in zip(frames, ctxs, strict=True):
+                seen.append((ctx.time, ctx.original is frame, self.target))
+            return list(frames)
+
+    service = Service(build_registry([*REGISTRY.values(), Recorder]))
+    service.preview({"processors": ["recorder"]}, clip, [], 6)
+    info = video.probe(clip)
+    assert seen == [(float(info.timestamps[6] * info.time_base), True, "clip.mp4")]
