@@ -220,7 +220,7 @@ def require_consent(yes: bool) -> None:
 def job_from_args(args: argparse.Namespace) -> Job:
     """Build the Job exactly as documented: preset (or --job sidecar), then --processors, --set, flags, paths."""
     if args.job is not None:
-        from engine.pipeline import load_sidecar_job
+        from engine.sidecar import load_sidecar_job
 
         raw: dict[str, Any] = load_sidecar_job(args.job)
     else:

@@ -198,16 +198,16 @@ def check_ffmpeg() -> Result:
     Encoders: `built` says ffmpeg lists it; `works` is the result of encoding one frame for the hardware encoders
     (NVENC) when a GPU is visible, None when not tried. facestudio writes libx264 (default) or libx265.
     """
-    from engine import video
+    from engine import media
 
     try:
-        ffmpeg = video.find_ffmpeg()
+        ffmpeg = media.find_ffmpeg()
     except FacestudioError as exc:
         data = {"ffmpeg": None, "ffmpeg_version": None, "ffprobe": None, "ffprobe_version": None, "encoders": []}
         fix = "install FFmpeg 5.1 or newer (e.g. apt install ffmpeg), or pip install imageio-ffmpeg"
         return data, [Problem("ffmpeg", "error", str(exc), fix)]
-    ffprobe = video.find_ffprobe(ffmpeg)
-    built = video.available_encoders(ffmpeg)
+    ffprobe = media.find_ffprobe(ffmpeg)
+    built = media.available_encoders(ffmpeg)
     encoders = []
     for name in ENCODERS:
         works, error = None, None
@@ -243,7 +243,7 @@ def check_ffmpeg() -> Result:
 # -- ONNX Runtime -----------------------------------------------------------------------------------------------
 def available_providers() -> list[str]:
     """The execution providers this ONNX Runtime build lists (listed is not loaded: see `load_provider`)."""
-    import onnxruntime as ort
+    from engine.backends.onnx import ort
 
     return list(ort.get_available_providers())
 
@@ -256,7 +256,7 @@ def load_provider(name: str) -> tuple[str, str | None]:
     Raises whatever ONNX Runtime raises when even the fallback fails.
     """
     import numpy as np
-    import onnxruntime as ort
+    from engine.backends.onnx import ort
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
@@ -292,7 +292,7 @@ def check_onnxruntime() -> Result:
     for it got it; `got` is the provider it got instead; `error` says why not."""
     if not importable("onnxruntime"):
         return {"version": None, "providers": []}, []  # the packages check says what is missing
-    import onnxruntime as ort
+    from engine.backends.onnx import ort
 
     rows = []
     for name in available_providers():

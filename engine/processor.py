@@ -39,11 +39,15 @@ class FrameContext:
 
     index: 0-based frame number in the target. faces: faces found on the *input* frame (empty when no processor
     of the chain needs faces). source: the job's source identity, computed once per job (None without sources).
+    time: the frame's presentation time in seconds from the target's first frame (its exact input time, so the
+    frames of a variable-rate video carry their real times; a resampled output's frame, the time of its slot;
+    0.0 for an image); None where no time is known.
     """
 
     index: int
     faces: tuple[Face, ...] = ()
     source: Any = None
+    time: float | None = None
 
 
 class FrameProcessor(ABC, Generic[OptionsT]):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typing_extensions import override  # typing.override needs Python 3.12
 
-from engine import video
+from engine import media as video
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

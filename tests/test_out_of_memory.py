@@ -14,7 +14,7 @@ from engine.backends.onnx import is_out_of_memory
 from engine.errors import OutOfMemory
 from engine.job import RuntimeSettings
 from engine.models.runtime import Runtime
-from engine.pipeline import BatchLimit, process_batch
+from engine.chain import BatchLimit, process_batch
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame
 from processors.frame_enhancer import FrameEnhancer, FrameEnhancerOptions

@@ -13,7 +13,7 @@ from conftest import Server
 from spandrel.architectures.Compact import Compact as SRVGGNetCompact
 
 import cli
-from engine import video
+from engine import media as video
 from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable, UnsafeWeights
 from engine.job import RuntimeSettings
 from engine.models.manifest import Manifest

@@ -18,7 +18,8 @@ from gradio_client import Client, handle_file
 from pydantic import Field
 
 import cli
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.errors import Cancelled, InvalidInput
 from engine.job import Preset, RuntimeSettings, load_preset_raw
 from engine.models.manifest import MANIFEST_PATH

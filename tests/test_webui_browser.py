@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from webui.app import Studio, UISettings, launch
 
 ROOT = Path(__file__).resolve().parent.parent

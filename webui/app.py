@@ -29,7 +29,8 @@ import gradio as gr
 import numpy as np
 import tomli_w
 
-from engine import consent, pipeline, video
+from engine import consent, pipeline
+from engine import media as video
 from engine.errors import Cancelled, FacestudioError, InvalidInput
 from engine.faces import FaceAnalyser
 from engine.faces.stage import FaceStage, build_analyser

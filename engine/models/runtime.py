@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from engine import metrics
 from engine.backends import BackendName, Device, Session, gpu_visible
@@ -39,7 +39,6 @@ from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, ModelSpec
 if TYPE_CHECKING:
     import torch
 
-    from engine.job import RuntimeSettings
     from engine.models.ncnn import NcnnModel
 
 log = logging.getLogger(__name__)
@@ -61,6 +60,29 @@ NATIVE: Mapping[BackendName, tuple[str, ...]] = MappingProxyType(
 )
 
 ProgressFactory = Callable[[fetch.Downloadable], Callable[[int, int | None], None] | None]
+
+
+class RuntimeConfig(Protocol):
+    """What a Runtime reads of a job's runtime settings. `engine.job.RuntimeSettings` is the one implementation
+    (see it for each field's meaning); a protocol here because the job imports the processors, which import this
+    module: the runtime importing the job back would close a cycle."""
+
+    @property
+    def backend(self) -> Literal["auto", "onnx", "torch"]: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def tensorrt(self) -> bool: ...
+    @property
+    def fp16(self) -> bool: ...
+    @property
+    def batch(self) -> int | Literal["auto"]: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def compile(self) -> bool: ...
+    @property
+    def offline(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -101,7 +123,7 @@ class LoadedModel:
 class Runtime:
     """Loads and caches models for one job (or one UI process). Not thread-safe: load from one thread."""
 
-    settings: RuntimeSettings
+    settings: RuntimeConfig
     manifest: Manifest = field(default_factory=Manifest.load)
     folders: Folders = field(default_factory=Folders.from_env)
     progress_factory: ProgressFactory | None = None
