@@ -42,6 +42,8 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _cache_env(shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FACESTUDIO_CACHE", str(shared_cache))
+    # The key that signs the shared cache's conversions, shared with it (each test's home would have its own).
+    monkeypatch.setenv("FACESTUDIO_INTEGRITY_KEY", str(shared_cache.with_name("integrity.key")))
 
 
 @dataclass(frozen=True)
