@@ -71,6 +71,7 @@ class OutputClaim:
         self._made = made
         self._lock = lock
         self._key = lock.name.removeprefix(".facestudio-").removesuffix(".lock")
+        self._locked = False  # this claim took the lock (another claim of the same process may hold it)
         self._delivered = False
 
     @classmethod
@@ -135,9 +136,10 @@ class OutputClaim:
 
     def release(self, failed: bool) -> None:
         """Remove the lock and this run's temp files; after a failure also the folders `claim` made, if empty."""
-        _remove_temp_files(self.output.parent, self._key, os.getpid())
-        if _read_owner(self._lock) == jobdir.Owner.current():
+        if self._locked:  # (a claim refused the lock leaves the lock and temp files to the run that has it)
+            _remove_temp_files(self.output.parent, self._key, os.getpid())
             self._lock.unlink(missing_ok=True)
+            self._locked = False
         if failed:
             for folder in reversed(self._made):
                 try:
@@ -188,6 +190,7 @@ class OutputClaim:
                 raise write_error(exc.errno or 0, self._lock, "the output's lock") from None
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(record)
+            self._locked = True
             return
         raise InvalidInput(f"another facestudio job is starting to write {self.output}: try again")
 
