@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from engine import demo, media, pipeline
-from engine.render import face_stage
-from engine.sidecar import synthetic_metadata
 from engine.errors import InvalidInput
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor
+from engine.render import face_stage
+from engine.sidecar import synthetic_metadata
 from engine.types import Frame
 
 RESOLUTIONS = {"180p": (320, 180), "360p": (640, 360), "720p": (1280, 720), "1080p": (1920, 1080)}

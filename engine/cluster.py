@@ -32,12 +32,12 @@ from types import ModuleType
 from typing import Any
 
 from engine import jobdir, segments
-from engine.media import MediaInfo, Span
-from engine.render import SegmentResult, VideoRender, render_alone, segment_render
-from engine.sidecar import absolute_raw
 from engine.errors import ClusterUnavailable, FacestudioError, InvalidInput, SegmentFailed
+from engine.media import MediaInfo, Span
 from engine.progress import Progress
+from engine.render import SegmentResult, VideoRender, render_alone, segment_render
 from engine.segments import Segment
+from engine.sidecar import absolute_raw
 
 log = logging.getLogger(__name__)
 

@@ -257,8 +257,9 @@ def load_provider(name: str) -> tuple[str, str | None]:
     Raises whatever ONNX Runtime raises when even the fallback fails.
     """
     import numpy as np
-    from engine.backends.onnx import ort
     from onnx import TensorProto, helper
+
+    from engine.backends.onnx import ort
 
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],

@@ -11,8 +11,9 @@ checkout); `<key>` is `segments.job_key` of the target and output, so the same j
 
 When a folder is removed:
 - the job succeeds, or fails with an error (bad input, model, ffmpeg, out of memory, a bug): removed;
-- the job is cancelled (Ctrl-C, SIGTERM) or killed, or refused at the start for lack of disk space, after some
-  segments were finished: kept, so that `run --resume` continues it; with nothing finished: removed;
+- the job is cancelled (Ctrl-C, SIGTERM) or killed, refused at the start for lack of disk space, or stopped by a
+  disk that filled up (`DiskFull`), after some segments were finished: kept, so that `run --resume` continues it;
+  with nothing finished: removed (`engine.segmented` decides);
 - the start-up sweep (`sweep`, at the start of every video job) removes a folder whose owner is not running (same
   host; PID gone or reused by a process that started at another time) and that either holds no finished segment or
   was last written more than `RESUME_WINDOW_S` ago. A folder of a running process, or of another host (a shared

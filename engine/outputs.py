@@ -86,7 +86,9 @@ class OutputClaim:
         try:
             claim._take_lock()
             if output.exists() and not overwrite:
-                raise InvalidInput(f"the output {output} already exists: choose another output path, or add --overwrite")
+                raise InvalidInput(
+                    f"the output {output} already exists: choose another output path, or add --overwrite"
+                )
         except BaseException:
             claim.release(failed=True)
             raise
@@ -163,7 +165,9 @@ class OutputClaim:
         except OSError:  # a file system without hard links (FAT, some network shares): check, then rename
             if self.output.exists():
                 staged.unlink(missing_ok=True)
-                raise InvalidInput(f"the output {self.output} appeared while this job ran; nothing was replaced") from None
+                raise InvalidInput(
+                    f"the output {self.output} appeared while this job ran; nothing was replaced"
+                ) from None
             os.replace(staged, self.output)
             return
         staged.unlink()

@@ -16,6 +16,7 @@ from pathlib import Path
 from engine import media
 from engine.chain import BatchLimit, batch_size, process_batch, process_checked
 from engine.errors import Cancelled, DiskFull, InvalidInput
+from engine.ffmpeg_commands import GIF_SUFFIX
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.outputs import OutputClaim
@@ -121,15 +122,15 @@ def _report(
     faces: Faces | None,
     segmented: dict[str, object] | None,
 ) -> RunReport:
-    video = info.kind == "video" and job.output.suffix.lower() != ".gif"
+    yuv = info.kind == "video" and job.output.suffix.lower() != GIF_SUFFIX
     return RunReport(
         output=job.output,
         sidecar=sidecar_path(job.output),
         kind=info.kind,
         frames=frames,
         input_size=(info.width, info.height),
-        # yuv420p video is padded to even sizes by the writer: report what the file holds.
-        output_size=(size[0] + size[0] % 2, size[1] + size[1] % 2) if video else size,
+        # yuv420p video is padded to even sizes by the writer (a GIF is not): report what the file holds.
+        output_size=(size[0] + size[0] % 2, size[1] + size[1] % 2) if yuv else size,
         seconds=time.perf_counter() - started,
         audio=audio,
         batch=batch,

@@ -59,7 +59,9 @@ def _time(times: FrameTimes | None, index: int) -> float | None:
     return None if times is None else float(times.seconds(index))
 
 
-def face_stage(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: MediaInfo, span: Span) -> Faces | None:
+def face_stage(
+    job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: MediaInfo, span: Span
+) -> Faces | None:
     """The face stage when a processor of the chain needs faces (sources checked before any frame is read)."""
     if not any(p.needs_faces for p in chain):
         return None

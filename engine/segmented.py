@@ -91,7 +91,10 @@ class VideoJob:
         def estimate(frames: int) -> int:
             return segments.estimate_video_bytes(size[0], size[1], frames, float(span.rate), job.video.crf, audio)
 
-        return {self.folder.path: estimate(sum(s.frames for s in todo)), job.output.resolve().parent: estimate(self.plan.frames)}
+        return {
+            self.folder.path: estimate(sum(s.frames for s in todo)),
+            job.output.resolve().parent: estimate(self.plan.frames),
+        }
 
     def stopped(self, exc: BaseException) -> BaseException:
         """The error a run that stopped with `exc` (Ctrl-C, a disk-space refusal, a full disk) ends with; the

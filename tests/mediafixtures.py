@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_rotated
-from mediakit import VFR_SETPTS, ffmpeg, sine, pattern, x264
+from mediakit import VFR_SETPTS, ffmpeg, pattern, sine, x264
 
 from engine import media
 

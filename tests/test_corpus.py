@@ -328,7 +328,6 @@ def _source_is_video(d: Path) -> Setup:
     return swap(still(d / "face.png", faces(1)), d / "out" / "out.png", clip(d / "clip.mp4"))
 
 
-
 # -- timing and sync --------------------------------------------------------------------------------------------
 
 
@@ -515,8 +514,11 @@ def _fill(folder: Path, leave: int) -> None:
 
 def _full_jobs_disk(d: Path) -> Setup:
     """The jobs folder's disk fills up while the second of three segments is being rendered."""
-    setup = Setup(clip(d / "noise.mp4", size=(64, 64), frames=18, audio=False, extra=("-vf", "noise=alls=100:allf=t")),
-                  d / "out" / "out.mp4", [*ENHANCE, "--set", "video.segment_frames=6", "--set", "video.crf=0"])
+    setup = Setup(
+        clip(d / "noise.mp4", size=(64, 64), frames=18, audio=False, extra=("-vf", "noise=alls=100:allf=t")),
+        d / "out" / "out.mp4",
+        [*ENHANCE, "--set", "video.segment_frames=6", "--set", "video.crf=0"],
+    )
     jobs = _mount(d, setup, "jobs", "24m")
     setup.env["FACESTUDIO_JOBS"] = str(jobs)
     finish = jobdir.JobFolder.finish
@@ -537,8 +539,11 @@ def _kept_segments(setup: Setup) -> None:
 
 def _full_output_disk(d: Path) -> Setup:
     """The output's disk fills up after every segment is rendered, before they are joined."""
-    setup = Setup(clip(d / "noise.mp4", size=(64, 64), frames=12, audio=False, extra=("-vf", "noise=alls=100:allf=t")),
-                  d / "out" / "out.mp4", [*ENHANCE, "--set", "video.segment_frames=6", "--set", "video.crf=0"])
+    setup = Setup(
+        clip(d / "noise.mp4", size=(64, 64), frames=12, audio=False, extra=("-vf", "noise=alls=100:allf=t")),
+        d / "out" / "out.mp4",
+        [*ENHANCE, "--set", "video.segment_frames=6", "--set", "video.crf=0"],
+    )
     disk = _mount(d, setup, "disk", "20m")
     setup.output = disk / "out.mp4"
     join = segmented.VideoJob.join
@@ -654,7 +659,9 @@ CASES: dict[str, Case] = {
         _vfr_beep, frames=12, size=SIZE, check=lambda s, d: (_same_times()(s, d), _in_sync(s, d))
     ),
     "variable frame rate to Matroska": Case(
-        lambda d: Setup(_vfr_beep(d).target, d / "out" / "out.mkv"), frames=12, size=SIZE,
+        lambda d: Setup(_vfr_beep(d).target, d / "out" / "out.mkv"),
+        frames=12,
+        size=SIZE,
         check=_same_times(Fraction(1, 1000)),
     ),  # fmt: skip
     "animated GIF with uneven delays, video output": Case(
@@ -665,12 +672,15 @@ CASES: dict[str, Case] = {
     ),
     "video to an animated GIF": Case(lambda d: Setup(clip(d / "clip.mp4"), d / "out" / "out.gif"), frames=6, size=SIZE),
     "variable frame rate, video.fps=4": Case(_fps_by_time, frames=13, size=SIZE, check=_fps_check),
-    "open-GOP cut in Matroska (H.264)": Case(lambda d: _open_gop_cut(d, ".mkv"), frames=24, size=SIZE,
-                                             check=_all_frames),  # fmt: skip
-    "open-GOP cut in Matroska (HEVC)": Case(lambda d: _open_gop_cut(d, ".mkv", hevc=True), frames=24, size=SIZE,
-                                            check=_all_frames),  # fmt: skip
-    "open-GOP cut in MP4 (edit list)": Case(lambda d: _open_gop_cut(d, ".mp4"), frames=21, size=SIZE,
-                                            check=_all_frames),  # fmt: skip
+    "open-GOP cut in Matroska (H.264)": Case(
+        lambda d: _open_gop_cut(d, ".mkv"), frames=24, size=SIZE, check=_all_frames
+    ),  # fmt: skip
+    "open-GOP cut in Matroska (HEVC)": Case(
+        lambda d: _open_gop_cut(d, ".mkv", hevc=True), frames=24, size=SIZE, check=_all_frames
+    ),  # fmt: skip
+    "open-GOP cut in MP4 (edit list)": Case(
+        lambda d: _open_gop_cut(d, ".mp4"), frames=21, size=SIZE, check=_all_frames
+    ),  # fmt: skip
     "target path that starts with -": Case(_dash_target, frames=6, size=SIZE),
     "output path that starts with -": Case(_dash_output, frames=6, size=SIZE),
     "paths that look like protocols (concat:, http:)": Case(_protocol_path, frames=6, size=SIZE),
@@ -680,7 +690,9 @@ CASES: dict[str, Case] = {
     "large valid PNG (a decompression-bomb warning in Pillow)": Case(_huge_png, 2, "above runtime.max_pixels"),
     "another run is writing the same output": Case(_output_taken, 2, "is writing"),
     "jobs folder's disk fills up mid-render": Case(
-        _full_jobs_disk, 2, "is full (writing seg-00001.mp4); 1 of 3 segments (6 of 18 frames) are kept in",
+        _full_jobs_disk,
+        2,
+        "is full (writing seg-00001.mp4); 1 of 3 segments (6 of 18 frames) are kept in",
         after=_kept_segments,
     ),
     "output's disk fills up at the join": Case(
@@ -721,7 +733,12 @@ def test_unusual_input(
 
 
 def _run_case(
-    case: Case, setup: Setup, work: Path, temp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    case: Case,
+    setup: Setup,
+    work: Path,
+    temp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     before, entries = _files(work), _entries(work)
     # A private temp folder, so a leftover is this run's and no other test's.

@@ -145,7 +145,9 @@ def test_encode_args_time_each_frame_in_the_timings_base() -> None:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("major", "option"), [(5, "-filter_script:v"), (6, "-filter_script:v"), (7, "-/vf"), (9, "-/vf")])
+@pytest.mark.parametrize(
+    ("major", "option"), [(5, "-filter_script:v"), (6, "-filter_script:v"), (7, "-/vf"), (9, "-/vf")]
+)
 def test_encode_args_read_a_long_filter_from_a_file(major: int, option: str) -> None:
     timing = cmd.VideoTiming("12/1", "1/12", "N", Path("/j/.seg.filter"), major)
     args = cmd.encode_args(FF, Path("o.mp4"), 2, 2, timing, None, {})
@@ -191,7 +193,18 @@ def test_encoders_args() -> None:
     assert cmd.encoders_args(FF) == [FF, "-nostdin", "-hide_banner", "-encoders"]
 
 
-DECODE_HEAD = [FF, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", "file:/media/in put.mp4", "-map", "0:V:0"]
+DECODE_HEAD = [
+    FF,
+    "-nostdin",
+    "-hide_banner",
+    "-nostats",
+    "-v",
+    "error",
+    "-i",
+    "file:/media/in put.mp4",
+    "-map",
+    "0:V:0",
+]
 DECODE_TAIL = ["-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
 
 
@@ -259,6 +272,7 @@ def test_encode_args_x265_in_mp4_is_tagged_hvc1_and_logs_errors_only() -> None:
 def test_audio_is_timed_on_its_files_own_timeline() -> None:
     """`-seek_timestamp 1`: times are the file's own (not counted from its earliest stream); a copy is shifted,
     a cut is seeked, read for the span's length and trimmed at the output's time 0."""
+
     def audio_args(audio: cmd.Audio) -> list[str]:
         args = cmd.encode_args(FF, Path("o.mp4"), 64, 48, TIMING, audio, {})
         return args[args.index("pipe:0") + 1 : args.index("-vf")]
@@ -275,7 +289,11 @@ def test_audio_is_timed_on_its_files_own_timeline() -> None:
     ]  # fmt: skip
     # A first frame before the file's zero: shifted forward instead, what came before trimmed away.
     assert audio_args(_audio("t.mkv", "flac", start=-0.25, cut=True))[:5] == [
-        "-seek_timestamp", "1", "-itsoffset", "0.25", "-i",
+        "-seek_timestamp",
+        "1",
+        "-itsoffset",
+        "0.25",
+        "-i",
     ]
 
 

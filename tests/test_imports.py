@@ -92,10 +92,7 @@ def test_the_engine_imports_neither_the_ui_nor_the_processors_but_for_ray_worker
     modules = _modules()
     engine = {name for name in modules if name.startswith("engine")}
     outward = {
-        (name, dep)
-        for name in engine
-        for dep in _imports(name, modules[name], modules)
-        if not dep.startswith("engine")
+        (name, dep) for name in engine for dep in _imports(name, modules[name], modules) if not dep.startswith("engine")
     }
     # The one exception: a Ray worker (engine.cluster) builds the job's chain from the registry itself, since only
     # the raw job travels to it.

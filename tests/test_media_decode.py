@@ -29,7 +29,9 @@ def test_reader_reads_every_frame(clips: dict[str, Path]) -> None:
 
 
 @pytest.mark.parametrize(("clip", "count"), [("vfr.mp4", 25), ("vfr12.mp4", 12), ("ntsc.mkv", 30), ("uneven.gif", 6)])
-def test_reader_reads_every_frame_of_variable_rate_and_other_clips(clips: dict[str, Path], clip: str, count: int) -> None:
+def test_reader_reads_every_frame_of_variable_rate_and_other_clips(
+    clips: dict[str, Path], clip: str, count: int
+) -> None:
     assert len(read_all(clips[clip])) == count == probe(clips[clip]).frame_count
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ffmpeg_children
-from mediakit import H, W, audio_seconds, ffmpeg, gradient, rate, read_all, seconds, sine, pattern, x264
+from mediakit import H, W, audio_seconds, ffmpeg, gradient, pattern, rate, read_all, seconds, sine, x264
 
 from engine import media
 from engine.errors import DiskFull, InvalidInput, MediaError
@@ -49,7 +49,9 @@ def test_writer_keeps_pixels(tmp_path: Path, probe_path: str) -> None:
     assert error < 3
 
 
-@pytest.mark.parametrize(("suffix", "tick"), [(".mp4", Fraction(0)), (".mov", Fraction(0)), (".mkv", Fraction(1, 1000))])
+@pytest.mark.parametrize(
+    ("suffix", "tick"), [(".mp4", Fraction(0)), (".mov", Fraction(0)), (".mkv", Fraction(1, 1000))]
+)
 @pytest.mark.parametrize("clip", ["vfr.mp4", "vfr12.mp4", "uneven.gif"])
 def test_writer_keeps_every_frame_at_its_own_time(
     clips: dict[str, Path], tmp_path: Path, ffmpeg_build: str, clip: str, suffix: str, tick: Fraction
@@ -88,9 +90,10 @@ def test_writer_checks_the_times_it_wrote(tmp_path: Path, monkeypatch: pytest.Mo
     real = media.encode.cmd.encode_filter
     monkeypatch.setattr(media.encode.cmd, "encode_filter", lambda timing, rgb=False: real(
         media.encode.cmd.VideoTiming(timing.rate, timing.time_base, "N"), rgb))  # fmt: skip
-    with pytest.raises(MediaError, match=r"shows frame 3 at 0\.300000 s, not at 0\.500000 s"), FrameWriter(
-        tmp_path / "x.mp4", W, H, times
-    ) as writer:
+    with (
+        pytest.raises(MediaError, match=r"shows frame 3 at 0\.300000 s, not at 0\.500000 s"),
+        FrameWriter(tmp_path / "x.mp4", W, H, times) as writer,
+    ):
         for frame in gradient(4):
             writer.write(frame)
     assert list(tmp_path.iterdir()) == []
@@ -211,9 +214,10 @@ def test_writer_takes_an_output_name_that_looks_like_an_option(tmp_path: Path, m
 def test_a_full_disk_is_disk_full_naming_the_folder_and_leaves_nothing(full_disk: Path) -> None:
     output = full_disk / "big.mp4"
     noise = np.random.default_rng(0)
-    with pytest.raises(DiskFull, match=f"the disk of {full_disk} is full") as caught, FrameWriter(
-        output, 256, 256, rate(25), crf=0
-    ) as writer:
+    with (
+        pytest.raises(DiskFull, match=f"the disk of {full_disk} is full") as caught,
+        FrameWriter(output, 256, 256, rate(25), crf=0) as writer,
+    ):
         for _ in range(200):
             writer.write(noise.integers(0, 256, (256, 256, 3), dtype=np.uint8))
     assert caught.value.folder == full_disk and caught.value.exit_code == 2
@@ -253,9 +257,10 @@ def test_a_refused_write_without_a_real_full_disk(tmp_path: Path, monkeypatch: p
     partial = tmp_path / ".full.partial.mp4"
     partial.symlink_to("/dev/full")
     monkeypatch.setattr(encode, "partial_path", lambda output: partial)
-    with pytest.raises(DiskFull, match=f"the disk of {tmp_path} is full"), FrameWriter(
-        tmp_path / "full.mp4", W, H, rate(25)
-    ) as writer:
+    with (
+        pytest.raises(DiskFull, match=f"the disk of {tmp_path} is full"),
+        FrameWriter(tmp_path / "full.mp4", W, H, rate(25)) as writer,
+    ):
         for frame in gradient(3):
             writer.write(frame)
     assert not (tmp_path / "full.mp4").exists() and not partial.is_symlink()

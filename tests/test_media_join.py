@@ -107,7 +107,8 @@ def test_a_trimmed_span_of_an_offset_video_keeps_its_sync(tmp_path: Path) -> Non
     parts = _segments(tmp_path, info, span, 10)
     out = tmp_path / "trimmed.mp4"
     join_segments(parts, out, span.output_times(), span.last, tmp_path / "c.txt", audio_for(info, span), {})
-    # The output starts with the first frame at or after 0.5 s (0.52 s): the flash, 1.2 s into the picture, is 0.68 s in.
+    # The output starts with the first frame at or after 0.5 s (0.52 s): the flash, 1.2 s into the picture, is
+    # 0.68 s into it.
     assert span.start == Fraction(13, 25) and abs(flash_time(out) - 0.68) < 0.001
     assert abs(beep_time(out) - flash_time(out)) <= 0.04
 

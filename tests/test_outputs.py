@@ -41,9 +41,23 @@ def test_of_two_runs_to_one_output_exactly_one_writes_it(tmp_path: Path) -> None
     env = {**os.environ, "FACESTUDIO_ACCEPT": "1"}
     runs = [
         subprocess.Popen(
-            [sys.executable, str(ROOT / "launch.py"), "run", "--target", str(target), "--output", str(output),
-             "--processors", "frame_enhancer", "--set", "frame_enhancer.scale=1"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            [
+                sys.executable,
+                str(ROOT / "launch.py"),
+                "run",
+                "--target",
+                str(target),
+                "--output",
+                str(output),
+                "--processors",
+                "frame_enhancer",
+                "--set",
+                "frame_enhancer.scale=1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )  # fmt: skip
         for target in (red, blue)
     ]

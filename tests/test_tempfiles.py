@@ -23,14 +23,14 @@ from test_resume import CHAIN, make_clip, start, wait_until
 
 import cli
 from engine import jobdir, pipeline, segments
-from engine.chain import BatchLimit
-from engine.render import VideoRender
-from engine.segmented import VideoJob
 from engine import media as video
+from engine.chain import BatchLimit
 from engine.errors import Cancelled, InsufficientDiskSpace, InvalidInput
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.render import VideoRender
+from engine.segmented import VideoJob
 from engine.types import Frame
 
 ROOT = Path(__file__).resolve().parent.parent

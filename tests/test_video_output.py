@@ -20,9 +20,9 @@ from conftest import audio_seconds
 import cli
 from engine import demo, pipeline
 from engine import media as video
-from engine.media import tools
 from engine.errors import DiskFull, InvalidInput
 from engine.job import Job
+from engine.media import tools
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame

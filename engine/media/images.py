@@ -237,7 +237,9 @@ def write_image(
     return path
 
 
-def _save_options(image_format: str, metadata: Mapping[str, str] | None, pixel_bytes: int, path: Path) -> dict[str, Any]:
+def _save_options(
+    image_format: str, metadata: Mapping[str, str] | None, pixel_bytes: int, path: Path
+) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if image_format in ("JPEG", "WEBP"):
         options["quality"] = 95

@@ -171,7 +171,9 @@ class FrameTimes:
     def coarsest(self) -> FrameTimes:
         """The same times in the coarsest time base that holds each of them exactly (a resampled span's 1 / rate)."""
         scale = math.gcd(*(v for r in self.runs for v in (r.pts, r.step))) or 1
-        return FrameTimes(self.time_base * scale, tuple(Run(r.index, r.pts // scale, r.step // scale) for r in self.runs))
+        return FrameTimes(
+            self.time_base * scale, tuple(Run(r.index, r.pts // scale, r.step // scale) for r in self.runs)
+        )
 
     def rate(self) -> Fraction:
         """Frames per second of the first run: the nominal rate an encoder is told (timing still follows runs)."""
