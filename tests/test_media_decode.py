@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ffmpeg_children
-from mediakit import H, W, ffmpeg, read_all, seconds, single_line_error
+from mediakit import H, W, ffmpeg, flash_and_beep, read_all, seconds, single_line_error
 from PIL import Image
 
 from engine import media
@@ -261,3 +261,16 @@ def test_reader_span_of_a_damaged_clip(clips: dict[str, Path], tmp_path: Path) -
     info = probe(damaged)
     with pytest.raises(TruncatedInput, match=r"; ffmpeg: "):
         read_all(damaged, info, select(info, 0.2, fps=10))
+
+
+def test_a_variable_rate_matroska_file_decodes_without_complaint(tmp_path: Path, ffmpeg_build: str) -> None:
+    """Matroska guesses a frame rate below the frames' own (here 16/3 fps for frames 1/12 s apart): raw frames timed
+    at that rate would collide, which ffmpeg reports as an error; the decoder keeps the input's time base."""
+    source = flash_and_beep(tmp_path / "src.mp4", 2.5, vfr=True)
+    info = probe(source)
+    span = select(info)
+    out = tmp_path / "vfr.mkv"
+    with media.FrameWriter(out, W, H, span.output_times(), media.audio_for(info, span)) as writer:
+        for frame in read_all(source, info):
+            writer.write(frame)
+    assert len(read_all(out)) == 12

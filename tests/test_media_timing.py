@@ -224,3 +224,17 @@ def test_the_audio_of_a_trimmed_span_is_cut_on_the_files_own_timeline() -> None:
     assert audio is not None
     assert (audio.start, audio.end, audio.cut) == (Fraction(11, 5), Fraction(13, 5), True)
     assert audio_for(dataclasses.replace(info, has_audio=False), select(info)) is None
+
+
+def test_pictures_before_the_first_keyframe_or_leading_it_are_not_frames() -> None:
+    # A cut that starts mid-GOP (two pictures before the keyframe), then the keyframe at 253 ticks and a leading
+    # picture of its open GOP that the muxer gave an earlier time (170), then the GOP.
+    before = [Packet(100, 83, False, key=False), Packet(183, 83, False, key=False)]
+    gop = [Packet(t, 83, False, key=False) for t in (170, 420, 336, 503)]
+    packets = [*before, Packet(253, 83, False), *gop]
+    timing = frame_timing(packets, Fraction(1, 1000))
+    assert (timing.frames, timing.hidden, timing.first_pts) == (4, 3, 253)
+    assert timing.timestamps == (0, 83, 167, 250)
+    # A stream that marks no keyframe keeps every timed packet.
+    unmarked = [Packet(t, 40, False, key=False) for t in (0, 40, 80)]
+    assert frame_timing(unmarked, Fraction(1, 1000)).frames == 3
