@@ -256,10 +256,6 @@ class Span:
         join at the right times."""
         return self.times.after(0).coarsest().after(first)
 
-    def offset(self, frame: int) -> Fraction:
-        """Seconds from the output's time 0 (`start`) to output frame `frame`."""
-        return self.times.seconds(frame) - self.start
-
 
 def select(info: MediaInfo, start: float = 0.0, end: float | None = None, fps: float | None = None) -> Span:
     """The span [start, end) of the video `info` describes, at `fps` frames per second.
