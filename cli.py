@@ -239,7 +239,7 @@ def require_consent(yes: bool) -> None:
 def job_from_args(args: argparse.Namespace) -> Job:
     """Build the Job exactly as documented: preset (or --job sidecar), then --processors, --set, flags, paths."""
     if args.job is not None:
-        from engine.pipeline import load_sidecar_job
+        from engine.sidecar import load_sidecar_job
 
         raw: dict[str, Any] = load_sidecar_job(args.job)
     else:
@@ -453,10 +453,12 @@ def _models_list(manifest: Manifest, runtime: Runtime, as_json: bool) -> int:
 
 
 def _models_verify(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
+    """Every present file of `ids` and each cached conversion of them, checked as a job checks them."""
     bad = 0
     for model_id in ids:
-        for f in manifest.get(model_id).files:
-            if f.embedded:
+        spec = manifest.get(model_id)
+        for f in spec.files:
+            if f.embedded or f.exported:
                 try:
                     status = "ok" if runtime.is_present(f) else "missing"
                 except FacestudioError:
@@ -465,6 +467,11 @@ def _models_verify(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
                 status = fetch.verify(f, runtime.folders.models)
             bad += status == "mismatch"
             print(f"{status:<9} {model_id:<30} {runtime.local_path(f)}")
+            converted = runtime.check_conversion(spec, f)
+            if converted is not None:
+                shown = {"ok": "ok", "tampered": "mismatch", "unrecorded": "rebuild"}[converted]
+                bad += shown == "mismatch"
+                print(f"{shown:<9} {model_id:<30} {runtime.conversion_path(spec, f)}")
     if bad:
         print(f"error: {bad} file(s) do not match their sha256; delete or replace them", file=sys.stderr)
         return 3

@@ -27,7 +27,7 @@ import skimage.data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import video  # noqa: E402
+from engine import media as video
 from engine.provenance import credentials, keys, watermark  # noqa: E402
 
 PICTURES = ["astronaut", "camera", "chelsea", "coffee", "rocket", "brick", "grass", "gravel", "moon", "text",

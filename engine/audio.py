@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.errors import InvalidInput, MediaError
-from engine.video import find_ffmpeg
+from engine.media import find_ffmpeg
 
 DECODE_RATE = 48_000
 SAMPLE_RATE = 16_000

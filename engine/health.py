@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import video
+from engine import media
 from engine.backends import Device, gpu_visible
 from engine.errors import FacestudioError
 from engine.job import Preset, Registry, RuntimeSettings, load_preset_raw
@@ -70,7 +70,7 @@ class Readiness:
             if self._providers[settings]:
                 found.append(str(self._providers[settings]))
         try:
-            video.find_ffmpeg()
+            media.find_ffmpeg()
         except FacestudioError as exc:
             found.append(f"ffmpeg: {exc}")
         free = shutil.disk_usage(self.temp_dir).free

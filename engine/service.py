@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from engine import pipeline, video
+from engine import media as video
+from engine import pipeline
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
 from engine.faces.stage import build_analyser
@@ -29,6 +30,7 @@ from engine.models.manifest import Manifest, ModelSpec
 from engine.models.runtime import ProgressFactory, Runtime
 from engine.processor import FrameContext, FrameProcessor
 from engine.progress import Progress
+from engine.render import face_stage
 from engine.types import Face, Frame
 
 Registry = Mapping[str, type[FrameProcessor]]
@@ -236,7 +238,7 @@ class Service:
         info = video.probe(target)
         span = video.select(info)
         times = tuple(float(t * info.time_base) for t in info.timestamps) if info.kind == "video" else ()
-        made = FrameRenderer(job, runtime, chain, pipeline.face_stage(job, chain, runtime, info, span), times=times)
+        made = FrameRenderer(job, runtime, chain, face_stage(job, chain, runtime, info, span), times=times)
         with self._lock:
             self._renderers[key] = made
             while len(self._renderers) > _FRAMES_KEPT:

@@ -80,7 +80,7 @@ class LipSyncer(FrameProcessor[LipSyncerOptions]):
         self.audio_path: Path | None = options.audio
         self._mel: audio.Mel | None = None
 
-    def bind_job(self, job: Job) -> None:
+    def bind_job(self, job: BoundJob) -> None:
         if self.audio_path is None:
             self.audio_path = job.target
 

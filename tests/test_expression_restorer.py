@@ -18,7 +18,8 @@ from scipy.spatial.transform import Rotation
 from test_face_swapper_models import FPS, FRAMES, read_frames, two_faces, write_clip
 
 import cli
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.job import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime

@@ -16,7 +16,7 @@ from test_face_swapper_models import FPS, FRAMES, read_frames, two_faces, write_
 from test_swapper_conventions import ARCFACE_128, FFHQ_512, Spy, assert_on_template, centroids, dotted, similarity
 
 import cli
-from engine import video
+from engine import media as video
 from engine.job import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, LoadedModel, Runtime

@@ -25,7 +25,8 @@ import pytest
 from test_buffalo_inswapper import CountingSession, tiny_arcface, tiny_inswapper
 
 import cli
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.faces import swapper
 from engine.faces.align import estimate_affine, warp_face
 from engine.faces.embedded import EmbeddedAnalyser

@@ -23,7 +23,8 @@ import tiny_graphs
 from test_buffalo_inswapper import CountingSession, tiny_arcface
 
 import cli
-from engine import demo, metrics, video
+from engine import demo, metrics
+from engine import media as video
 from engine.models.manifest import IOSpec, Manifest
 from engine.models.runtime import LoadedModel, Runtime
 

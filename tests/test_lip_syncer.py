@@ -18,7 +18,8 @@ import tiny_graphs
 from test_face_swapper_models import two_faces, write_clip
 
 import cli
-from engine import audio, video
+from engine import audio
+from engine import media as video
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.models.manifest import Manifest
 

@@ -168,7 +168,8 @@ def test_trust_first_records_the_hash_and_pins_the_file_from_then_on(
     assert not models.exists() or not any(models.iterdir())
     # A run is refused the same way (exit 3), naming file, URL, licence and folder.
     target = tmp_path / "t.png"
-    from engine import demo, video
+    from engine import demo
+    from engine import media as video
 
     video.write_image(target, demo.photo())
     run = ["run", "--source", str(demo.source_photo()), "--target", str(target), "--output", str(tmp_path / "o.png"),

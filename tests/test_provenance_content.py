@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from fractions import Fraction
 import re
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import cli
-from engine import demo, pipeline, video
+from engine import demo, pipeline
+from engine import media as video
 from engine.models import runtime as runtime_module
 from engine.models.manifest import MANIFEST_PATH
 from engine.provenance import content
@@ -77,7 +79,7 @@ def classifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("clip") / "party.mp4"
     frames = demo.frames(*SIZE, COUNT)
-    with video.FrameWriter(path, *SIZE, "12/1", audio_from=None, metadata={}) as writer:
+    with video.FrameWriter(path, *SIZE, video.FrameTimes.constant(Fraction(12)), metadata={}) as writer:
         for i, frame in enumerate(frames):
             writer.write(with_marker(frame) if i in MARKED else frame)
     return path

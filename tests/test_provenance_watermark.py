@@ -14,7 +14,8 @@ import skimage.data
 from PIL import Image
 
 import cli
-from engine import demo, pipeline, video
+from engine import demo, pipeline
+from engine import media as video
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions

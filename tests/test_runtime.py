@@ -4,6 +4,7 @@ sha256-pinned in a temp manifest, loaded on both backends (weights_only), export
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from conftest import Server
 from spandrel.architectures.Compact import Compact as SRVGGNetCompact
 
 import cli
-from engine import video
+from engine import media as video
 from engine.errors import (
     BackendUnavailable,
     ChecksumMismatch,
@@ -208,8 +209,8 @@ def test_cached_conversion_is_verified_before_reuse(tiny: tuple[Runtime, Path]) 
     runtime, _ = tiny
     runtime.load("realesr_general_x4v3", "onnx")
     (graph,) = (runtime.folders.cache / "onnx").glob("*.onnx")
-    record = graph.with_name(f"{graph.name}.sha256")
-    assert record.read_text().strip() == hashlib.sha256(graph.read_bytes()).hexdigest()
+    record = json.loads(graph.with_name(f"{graph.name}.record.json").read_text())
+    assert record["sha256"] == hashlib.sha256(graph.read_bytes()).hexdigest()
 
     # A later process (a fresh runtime) reuses the graph only while it still has the recorded sha256.
     built = graph.stat().st_mtime_ns
@@ -223,14 +224,12 @@ def test_cached_conversion_is_verified_before_reuse(tiny: tuple[Runtime, Path]) 
         fresh.load("realesr_general_x4v3", "onnx")
     assert graph.read_bytes() == tampered
 
-    # A graph cached before graphs had a record is rebuilt from the verified weights, and recorded.
-    record.unlink()
+    # A graph without a record (cached by an older version, or its record lost) is rebuilt from the verified
+    # weights, and recorded.
+    graph.with_name(f"{graph.name}.record.json").unlink()
     fresh.load("realesr_general_x4v3", "onnx")
-    assert (
-        record.read_text().strip()
-        == hashlib.sha256(graph.read_bytes()).hexdigest()
-        != hashlib.sha256(tampered).hexdigest()
-    )
+    rebuilt = json.loads(graph.with_name(f"{graph.name}.record.json").read_text())["sha256"]
+    assert rebuilt == hashlib.sha256(graph.read_bytes()).hexdigest() != hashlib.sha256(tampered).hexdigest()
 
 
 def test_a_file_that_is_not_what_the_manifest_says_is_a_typed_error(tiny: tuple[Runtime, Path], tmp_path: Path) -> None:

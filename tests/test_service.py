@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.errors import InvalidInput
 from engine.service import Service
 from processors import REGISTRY

@@ -20,7 +20,8 @@ from gradio_client import Client, handle_file
 from pydantic import Field
 
 import cli
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.errors import Cancelled, InvalidInput, InvalidJob
 from engine.job import Preset, load_preset_raw, preset_names, save_user_preset
 from engine.models.manifest import MANIFEST_PATH

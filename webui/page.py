@@ -28,7 +28,8 @@ from typing import Any
 
 import gradio as gr
 
-from engine import consent, video
+from engine import consent
+from engine import media as video
 from engine.errors import Cancelled, FacestudioError
 from engine.job import SETTINGS_GROUPS, FacesSettings, Preset, load_preset_raw, preset_names, save_user_preset
 from engine.models.licences import licence_texts

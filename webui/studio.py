@@ -21,7 +21,7 @@ from typing import Any
 import cv2
 from gradio import processing_utils
 
-from engine import video
+from engine import media as video
 from engine.errors import Cancelled, FacestudioError, InvalidInput
 from engine.faces.crops import draw_numbers, thumbnail
 from engine.job import FacesSettings, Job

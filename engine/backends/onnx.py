@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-import onnxruntime as ort
+import onnxruntime as ort  # after engine.backends, which turns ONNX Runtime's telemetry off
 
 from engine import metrics
 from engine.backends import Device, gpu_visible

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from engine import video
+from engine import media as video
 from engine.errors import InvalidInput, ModelUnavailable
 from engine.job import Job
 from engine.models import tensor

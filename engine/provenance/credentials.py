@@ -119,14 +119,15 @@ def sign(path: Path, definition: Mapping[str, Any], key: SigningKey) -> None:
     signed copy is written beside it and renamed over it, so `path` is either the unsigned or the signed file.
     Raises SigningFailed (nothing signed, the signed copy removed)."""
     signed = path.with_name(f"{path.stem}.signing{path.suffix}")
+    name = definition.get("title") or path.name  # the output's name (`path` may be its temp name)
     try:
         with open(path, "rb") as source, open(signed, "w+b") as dest:
             _sign_stream(definition, key, FORMATS[path.suffix.lower()], source, dest)
         os.replace(signed, path)
     except c2pa.C2paError as exc:
-        raise SigningFailed(f"signing the Content Credentials of {path.name} failed: {_reason(exc)}") from exc
+        raise SigningFailed(f"signing the Content Credentials of {name} failed: {_reason(exc)}") from exc
     except OSError as exc:
-        raise SigningFailed(f"signing the Content Credentials of {path.name} failed: {exc.strerror}") from exc
+        raise SigningFailed(f"signing the Content Credentials of {name} failed: {exc.strerror}") from exc
     finally:
         signed.unlink(missing_ok=True)
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engine import video
+from engine import media as video
 from engine.job import Job
 from engine.models.fetch import sha256_file
 from engine.models.runtime import Runtime

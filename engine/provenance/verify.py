@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import c2pa
 
-from engine import video
+from engine import media as video
 from engine.errors import FacestudioError, InvalidInput
 from engine.provenance import keys, watermark
 from engine.provenance.credentials import ASSERTION

@@ -32,7 +32,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engine import video
+from engine import media as video
 from engine.types import Frame
 
 log = logging.getLogger(__name__)
