@@ -26,11 +26,11 @@ from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_tensor, to_tensor
 from engine.options import Shown
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.processor import BoundJob, FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Face, Frame, Mask
 
 if TYPE_CHECKING:
-    from engine.job import Job
+    pass
 
 CROP = 512
 TEMPLATE = "ffhq_512"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from fractions import Fraction
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
