@@ -143,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--resolution", default="360p", help="180p, 360p, 720p or 1080p")
     bench.add_argument("--frames", type=int, default=60, help="length of the generated clip")
     bench.add_argument("--batch", type=_batch, help="frames per processor call: auto or N (default: the preset's)")
+    bench.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="runtime.precision of the run; int8 also measures each int8 graph against its fp32 graph",
+    )
     bench.add_argument("--json", type=Path, help="write the result as JSON here")
     bench.add_argument("--plot", type=Path, help="write a PNG plot here")
 
@@ -590,7 +595,12 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         raw["processors"] = list(args.processors or ["frame_enhancer"])
     raw = apply_overrides(raw, args.set, registry())
     runtime = dict(raw.get("runtime", {}))
-    for key, value in (("backend", args.backend), ("device", args.device), ("batch", args.batch)):
+    for key, value in (
+        ("backend", args.backend),
+        ("device", args.device),
+        ("batch", args.batch),
+        ("precision", args.precision),
+    ):
         if value is not None:
             runtime[key] = value
     raw["runtime"] = runtime

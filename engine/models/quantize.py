@@ -154,7 +154,7 @@ def quantize(runtime: Runtime, model_id: str, calibration: Calibration | None = 
     spec = signature.checked(spec, file, runtime.local_path(file))
     source = runtime.onnx_graph(spec, file)
     names = [t.name for t in signature.read_signature(source)[0]]
-    make = _inputs_for(spec, names)
+    make = inputs_for(spec, names)
     calibrate, check = make(calibration.calibrate), make(calibration.check)
     if not calibrate or not check:
         what = "faces" if spec.task != "frame_enhancer" else "frames"
@@ -194,9 +194,12 @@ def quantize(runtime: Runtime, model_id: str, calibration: Calibration | None = 
 
 
 # -- model inputs ---------------------------------------------------------------------------------------------
-def _inputs_for(spec: ModelSpec, names: Sequence[str]) -> Callable[[Sequence[Frame]], list[Inputs]]:
+def inputs_for(
+    spec: ModelSpec, names: Sequence[str], whole_frames: bool = False
+) -> Callable[[Sequence[Frame]], list[Inputs]]:
     """A function turning frames into the model's inputs (one dict per model call, batch 1), as a job feeds it.
-    `names`: the graph's input names in order (the image first)."""
+    `names`: the graph's input names in order (the image first). `whole_frames`: a frame enhancer takes each
+    frame whole (not windows of it)."""
     io = spec.io
     image = io.input if io.input in names else names[0]
     extra: Inputs = {}
@@ -207,6 +210,8 @@ def _inputs_for(spec: ModelSpec, names: Sequence[str]) -> Callable[[Sequence[Fra
     def feed(crops: Sequence[Frame]) -> list[Inputs]:
         return [{image: to_tensor(np.ascontiguousarray(c)[None], io), **extra} for c in crops]
 
+    if spec.task == "frame_enhancer" and whole_frames:
+        return feed
     if spec.task == "frame_enhancer":
         side = SMALL_WINDOW if spec.bytes_per_pixel >= HEAVY_BYTES_PER_PIXEL else WINDOW
         return lambda frames: feed([w for f in frames for w in windows(f, side)])

@@ -293,6 +293,10 @@ class Runtime:
             self._warm[key] = build()
         return self._warm[key]  # type: ignore[no-any-return]
 
+    def loaded(self) -> list[LoadedModel]:
+        """The models loaded so far, in load order."""
+        return list(self._sessions.values())
+
     def clear(self) -> None:
         """Drop every loaded session and warm object (frees GPU memory between jobs in a long-lived process)."""
         self._sessions.clear()
