@@ -198,7 +198,9 @@ class FacesSettings(_Settings):
         default=10, ge=1, le=1000, description="frames between full detections"
     )
     qa_every: Annotated[int, Shown(unit="frames", advanced=True)] = Field(
-        default=1, ge=0, description="identity QA on every Nth processed frame (0 = off)"
+        default=5,
+        ge=0,
+        description="identity QA on every Nth processed frame, and on every frame of a stretch it flags (0 = off)",
     )
 
 

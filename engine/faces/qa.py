@@ -3,10 +3,18 @@
 After processing, each processed face is found again on the output frame (a cheap landmark re-fit at the same
 place) and embedded with the job's recogniser; its distance to the source is compared with the original face's.
 A face is flagged when the output is still not recognised as the source (distance ≥ the analyser's threshold).
+
+Sampling (`every`, the job's `faces.qa_every`, 5 by default): every 5th frame is measured. A failure lasts: a face
+stays mis-fitted until the tracker re-detects it (every 10 frames by default) or the pose that defeats the swap
+passes, so a failed stretch of 5 frames or more always contains a sample. When a sample is flagged, the frames
+since the previous sample are measured too (they are held until the next sample), and from then on every frame
+until one passes again: the frames listed as flagged are the whole stretch, not only its samples. The original
+face's embedding is reused where the face stage already computed one (the same recogniser's).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,29 +28,52 @@ from engine.types import Face, Frame
 
 @dataclass
 class IdentityQA:
-    """Accumulates per-face distances (the recogniser's metric) over a job; `summary` is what the CLI prints."""
+    """Accumulates per-face distances (the recogniser's metric) over a job; `summary` is what the CLI prints.
+
+    every: measure every Nth frame (and the stretches around flagged ones, see the module docstring); 1: every
+    frame; 0: none. Frames must be checked in order of their index."""
 
     analyser: FaceAnalyser
     source: npt.NDArray[np.float32]
     every: int = 1
     records: list[tuple[int, float, float]] = field(default_factory=list)
+    # Frames passed over since the last measured one (index, input, output, faces): measured if the next sample
+    # is flagged. At most every − 1 of them.
+    _held: deque[tuple[int, Frame, Frame, Sequence[Face]]] = field(default_factory=deque, repr=False)
+    _failing: bool = field(default=False, repr=False)
 
     def check(self, index: int, before: Frame, after: Frame, faces: Sequence[Face]) -> None:
-        """Measure the faces processed on frame `index` (input `before`, output `after`, same size)."""
-        if not faces or self.every <= 0 or index % self.every or before.shape != after.shape:
+        """Measure the faces processed on frame `index` (input `before`, output `after`, same size), or hold the
+        frame until the next sample says whether it must be."""
+        if not faces or self.every <= 0 or before.shape != after.shape:
             return
-        originals = self.analyser.embed(before, faces)
+        if not self._failing and index % self.every:
+            self._held.append((index, before, after, faces))
+            while len(self._held) >= self.every:
+                self._held.popleft()
+            return
+        flagged = self._measure(index, before, after, faces)
+        if flagged and not self._failing:
+            # The stretch may have started after the last passing sample: measure the frames since, in order.
+            for item in self._held:
+                self._measure(*item)
+        self._held.clear()
+        self._failing = flagged
+
+    def _measure(self, index: int, before: Frame, after: Frame, faces: Sequence[Face]) -> bool:
+        """Record the distances of `faces` on one frame; whether any output face is flagged."""
+        known = [f.embedding is not None and f.recogniser == self.analyser.recogniser for f in faces]
+        embedded = iter(self.analyser.embed(before, [f for f, k in zip(faces, known, strict=True) if not k]))
+        originals = [f if k else next(embedded) for f, k in zip(faces, known, strict=True)]
         found = [self.analyser.refit(after, f) or f for f in faces]
         swapped = self.analyser.embed(after, found)
+        flagged = False
         for orig, out in zip(originals, swapped, strict=True):
             assert orig.embedding is not None and out.embedding is not None
-            self.records.append(
-                (
-                    index,
-                    self.analyser.distance(orig.embedding, self.source),
-                    self.analyser.distance(out.embedding, self.source),
-                )
-            )
+            distance = self.analyser.distance(out.embedding, self.source)
+            self.records.append((index, self.analyser.distance(orig.embedding, self.source), distance))
+            flagged |= distance >= self.analyser.threshold
+        return flagged
 
     def summary(self) -> dict[str, Any]:
         """Distances to the source before and after (mean), the worst output, and the frames flagged."""
@@ -61,4 +92,5 @@ class IdentityQA:
             "worst_distance_after": round(float(after[worst]), 4),
             "worst_frame": int(index[worst]),
             "flagged_frames": flagged,
+            "sampled_every": self.every,
         }
