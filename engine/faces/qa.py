@@ -8,22 +8,32 @@ Sampling (`every`, the job's `faces.qa_every`, 5 by default): every 5th frame is
 stays mis-fitted until the tracker re-detects it (every 10 frames by default) or the pose that defeats the swap
 passes, so a failed stretch of 5 frames or more always contains a sample. When a sample is flagged, the frames
 since the previous sample are measured too (they are held until the next sample), and from then on every frame
-until one passes again: the frames listed as flagged are the whole stretch, not only its samples. The original
-face's embedding is reused where the face stage already computed one (the same recogniser's).
+until one passes again: the frames listed as flagged are the whole stretch, not only its samples.
+
+Embeddings it already has are reused: the original face's where the face stage computed one (the same
+recogniser's), else the one it measured itself on an earlier frame for the face in the same place (box IoU ≥ 0.5:
+the tracked face), for up to 30 frames (about a second) before it embeds it again: a tracked person's identity
+does not change between frames, and an embedding costs as much as the swap. The output face is always embedded.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from engine.faces import FaceAnalyser
+from engine.faces.boxes import iou
 from engine.types import Face, Frame
+
+# An original face measured on an earlier frame is the same tracked face when their boxes overlap this much, and
+# its embedding is reused for this many frames.
+SAME_FACE_IOU = 0.5
+REUSE_FRAMES = 30
 
 
 @dataclass
@@ -41,6 +51,8 @@ class IdentityQA:
     # is flagged. At most every − 1 of them.
     _held: deque[tuple[int, Frame, Frame, Sequence[Face]]] = field(default_factory=deque, repr=False)
     _failing: bool = field(default=False, repr=False)
+    # The original faces of the last measured frame with their embeddings, and the frame each was embedded on.
+    _originals: list[tuple[int, Face]] = field(default_factory=list, repr=False)
 
     def check(self, index: int, before: Frame, after: Frame, faces: Sequence[Face]) -> None:
         """Measure the faces processed on frame `index` (input `before`, output `after`, same size), or hold the
@@ -62,18 +74,29 @@ class IdentityQA:
 
     def _measure(self, index: int, before: Frame, after: Frame, faces: Sequence[Face]) -> bool:
         """Record the distances of `faces` on one frame; whether any output face is flagged."""
-        known = [f.embedding is not None and f.recogniser == self.analyser.recogniser for f in faces]
-        embedded = iter(self.analyser.embed(before, [f for f, k in zip(faces, known, strict=True) if not k]))
-        originals = [f if k else next(embedded) for f, k in zip(faces, known, strict=True)]
+        known = [self._known(index, f) for f in faces]
+        embedded = iter(self.analyser.embed(before, [f for f, k in zip(faces, known, strict=True) if k is None]))
+        originals = [k or (index, next(embedded)) for k in known]
+        self._originals = originals
         found = [self.analyser.refit(after, f) or f for f in faces]
         swapped = self.analyser.embed(after, found)
         flagged = False
-        for orig, out in zip(originals, swapped, strict=True):
+        for (_, orig), out in zip(originals, swapped, strict=True):
             assert orig.embedding is not None and out.embedding is not None
             distance = self.analyser.distance(out.embedding, self.source)
             self.records.append((index, self.analyser.distance(orig.embedding, self.source), distance))
             flagged |= distance >= self.analyser.threshold
         return flagged
+
+    def _known(self, index: int, face: Face) -> tuple[int, Face] | None:
+        """An embedding of `face`'s original already at hand (with the frame it was made on), or None."""
+        if face.embedding is not None and face.recogniser == self.analyser.recogniser:
+            return index, face
+        for at, earlier in self._originals:
+            if abs(index - at) <= REUSE_FRAMES and iou(face.box, earlier.box) >= SAME_FACE_IOU:
+                # Kept with this frame's box, so the face is followed as it moves.
+                return at, replace(face, embedding=earlier.embedding, recogniser=earlier.recogniser)
+        return None
 
     def summary(self) -> dict[str, Any]:
         """Distances to the source before and after (mean), the worst output, and the frames flagged."""
