@@ -20,7 +20,7 @@ from typing import Any
 
 from engine import consent
 from engine.errors import ConsentRequired, FacestudioError, InvalidJob
-from engine.job import Job, Preset, apply_overrides, load_preset_raw, preset_schema
+from engine.job import Job, Preset, RuntimeSettings, apply_overrides, load_preset_raw, preset_schema
 from engine.models import fetch
 from engine.models.manifest import EXPORTS_FILE
 from engine.processor import FrameProcessor
@@ -468,7 +468,6 @@ def _models_export(catalogue: Any, model_id: str, *, fp16: bool, offline: bool) 
 def _models_quantize(model_id: str, calibration: Path | None, *, offline: bool) -> int:
     """Quantise `model_id` to int8 in the models folder; prints the gate's PSNR and both graphs' times."""
     from engine.models import quantize
-    from engine.models.runtime import RuntimeSettings
 
     runtime = service().runtime(RuntimeSettings(offline=offline), _download_progress)
     _say(f"licence: {runtime.manifest.get(model_id).licence_line()}")
