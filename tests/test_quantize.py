@@ -31,7 +31,7 @@ MODEL = "tiny_upscaler"
 
 
 def _upscaler(path: Path) -> bytes:
-    """x (1×3×H×W in [0, 1]) → conv 3→8 (the identity in three channels, a blur in the others), PReLU, conv 8→12
+    """x (N×3×H×W in [0, 1]) → conv 3→8 (the identity in three channels, a blur in the others), PReLU, conv 8→12
     that copies the identity channels to each of the 2×2 sub-pixels, DepthToSpace: a nearest ×2 upscale of x
     (plus nothing: the other channels get weight 0), so the float32 output is exactly the input upscaled."""
     rng = np.random.default_rng(3)
@@ -58,8 +58,8 @@ def _upscaler(path: Path) -> bytes:
     graph = helper.make_graph(
         nodes,
         "tiny_upscaler",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "h", "w"])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "h2", "w2"])],
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["n", 3, "h2", "w2"])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
@@ -84,8 +84,8 @@ colour = "RGB"
 mean = [0.0, 0.0, 0.0]
 std = [1.0, 1.0, 1.0]
 output_range = [0.0, 1.0]
-inputs = [{{ name = "input", shape = [1, 3, "h", "w"] }}]
-outputs = [{{ name = "output", shape = [1, 3, "h2", "w2"] }}]
+inputs = [{{ name = "input", shape = ["n", 3, "h", "w"] }}]
+outputs = [{{ name = "output", shape = ["n", 3, "h2", "w2"] }}]
 
 [models.{MODEL}]
 task = "frame_enhancer"
@@ -264,3 +264,24 @@ def test_prelu_rewrite_is_the_same_function(tmp_path: Path) -> None:
     a, b = (ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
             for p in (path, rewritten))  # fmt: skip
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_benchmark_at_int8_measures_each_int8_graph_against_fp32(catalogue: Path) -> None:
+    from engine import benchmark
+    from processors import REGISTRY, build_chain
+
+    quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())
+    raw = {
+        "processors": ["frame_enhancer"],
+        "frame_enhancer": {"model": MODEL},
+        "runtime": {"precision": "int8", "device": "cpu", "backend": "onnx"},
+    }
+    result = benchmark.run(raw, resolution="180p", frames=4, registry=REGISTRY, build_chain=build_chain)
+    (row,) = result["int8"]
+    assert result["precision"] == "int8" and row["model"] == MODEL and row["per"] == "frame"
+    assert row["calls"] == 4 and row["fp32_ms"] > 0 and row["int8_ms"] > 0
+    assert row["ratio"] == round(row["int8_ms"] / row["fp32_ms"], 3) and row["psnr_db"] >= row["gate_db"] == 38.0
+    assert "int8 against fp32" in benchmark.table(result)
+    fp32 = benchmark.run({**raw, "runtime": {**raw["runtime"], "precision": "fp32"}}, resolution="180p", frames=2,
+                         registry=REGISTRY, build_chain=build_chain)  # fmt: skip
+    assert fp32["int8"] == [] and fp32["precision"] == "fp32"
