@@ -4,11 +4,12 @@
 
 Runs `launch.py benchmark --processors face_swapper` (engine/benchmark.py: the whole run through the pipeline,
 then each stage alone on the same frames) with a timer around the functions each stage is made of, and prints,
-per frame of the stage-alone pass: decode and encode (the benchmark's own stages), detection, refit (the
-tracker's landmark re-fit between detections), embedding (the source's and any the face stage makes), the swap
-itself (the two triangle warps: reshape and texture), the paste-back mask, colour transfer, blend (the rest of
-the swap: alignment, region copy, alpha blend), and identity QA with its own refit and embeddings. Times are
-exclusive (a timed call inside another is counted once, in the inner row) and in ms per frame.
+per frame of the stage-alone pass: decode and encode (p50, the benchmark's own stages); in the face stage,
+detection, refit (the tracker's landmark re-fit between detections) and embed (the source's); in the swap (per
+frame it processed: the stage pass runs it batched, then frame by frame), the two triangle warps (reshape and
+texture), the paste-back mask, colour transfer, and the rest (geometry, region copy, alpha blend); in identity
+QA, its refit, its embeddings and its own bookkeeping. Times are exclusive (a timed call inside another is the
+inner row's) and in ms per frame; the rows of one part add up to that part's time.
 """
 
 from __future__ import annotations
@@ -30,40 +31,57 @@ sys.path.insert(0, str(ROOT))
 from engine import benchmark  # noqa: E402
 from engine.faces import colour, embedded, landmark_swap, qa  # noqa: E402
 from engine.job import apply_overrides  # noqa: E402
-from processors import REGISTRY, build_chain  # noqa: E402
+from processors import REGISTRY, build_chain, face_swapper  # noqa: E402
 
 
 class Profile:
-    """Exclusive wall time (s) and calls per row, from timers wrapped around functions (per thread: a call inside
-    a timed call is the inner row's, and the outer row's time excludes it)."""
+    """Exclusive wall time (s) and calls per row, from timers wrapped around functions. Rows are named by the
+    part of the job they ran in (the face stage, the swapper, identity QA) and the function; a call inside
+    another timed call is the inner row's, and the outer row's time excludes it (per thread)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.swapped = 0  # frames the swapper processed (the stage pass runs it batched, then frame by frame)
         self.active = False
         self._local = threading.local()
         self._lock = threading.Lock()
 
-    def wrap(self, row: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(self, row: str, fn: Callable[..., Any], part: str | None = None) -> Callable[..., Any]:
+        """`fn` timed as `row`; `part`: calls inside it belong to that part of the job."""
+
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
             if not self.active:
                 return fn(*args, **kwargs)
             stack = self._local.__dict__.setdefault("stack", [])
+            parts = self._local.__dict__.setdefault("parts", ["faces"])
+            name = f"{part or parts[-1]}: {row}"
             stack.append(0.0)
+            if part:
+                parts.append(part)
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 spent = time.perf_counter() - start
+                if part:
+                    parts.pop()
                 inner = stack.pop()
                 if stack:
                     stack[-1] += spent
                 with self._lock:
-                    self.seconds[row] += spent - inner
-                    self.calls[row] += 1
+                    self.seconds[name] += spent - inner
+                    self.calls[name] += 1
 
         return timed
+
+    def per_frame(self, frames: int) -> dict[str, float]:
+        """ms per frame of each row: the swapper's rows per frame it processed, the others per frame."""
+        return {
+            row: round(seconds * 1000 / (self.swapped if row.startswith("swap") else frames), 2)
+            for row, seconds in sorted(self.seconds.items())
+        }
 
 
 def patch(profile: Profile) -> None:
@@ -71,11 +89,18 @@ def patch(profile: Profile) -> None:
     analyser = embedded.EmbeddedAnalyser
     for name in ("detect", "refit", "embed"):
         setattr(analyser, name, profile.wrap({"detect": "detection"}.get(name, name), getattr(analyser, name)))
-    landmark_swap.warp_triangles = profile.wrap("swap (triangle warps)", landmark_swap.warp_triangles)
+    landmark_swap.warp_triangles = profile.wrap("triangle warps", landmark_swap.warp_triangles)
     landmark_swap.landmark_mask = profile.wrap("paste-back mask", landmark_swap.landmark_mask)
     colour.transfer = profile.wrap("colour", colour.transfer)
-    landmark_swap.swap = profile.wrap("blend and paste-back", landmark_swap.swap)
-    qa.IdentityQA.check = profile.wrap("identity QA (own work)", qa.IdentityQA.check)
+    swapper = face_swapper.FaceSwapper.process
+
+    def process(self: Any, frames: Any, ctxs: Any) -> Any:
+        if profile.active:
+            profile.swapped += len(frames)
+        return swapper(self, frames, ctxs)
+
+    face_swapper.FaceSwapper.process = profile.wrap("geometry, blend, paste-back", process, "swap")  # type: ignore[method-assign]
+    qa.IdentityQA.check = profile.wrap("bookkeeping", qa.IdentityQA.check, "identity QA")  # type: ignore[method-assign]
     stages = benchmark._stages
 
     def stage_pass(*args: Any, **kwargs: Any) -> Any:
@@ -101,6 +126,7 @@ def main() -> int:
     for resolution in args.resolution:
         profile.seconds.clear()
         profile.calls.clear()
+        profile.swapped = 0
         raw = apply_overrides({"processors": ["face_swapper"]}, args.sets, REGISTRY)
         result = benchmark.run(raw, resolution=resolution, frames=args.frames, registry=REGISTRY,
                                build_chain=build_chain)  # fmt: skip
@@ -108,7 +134,7 @@ def main() -> int:
         stage = {s["name"]: s for s in result["stages"]}
         rows = {
             "decode": stage["decode"]["p50_ms"],
-            **{k: round(v * 1000 / frames, 2) for k, v in sorted(profile.seconds.items())},
+            **profile.per_frame(frames),
             "encode": stage["encode"]["p50_ms"],
         }
         results[resolution] = {"fps": result["fps"], "frames": frames, "ms_per_frame": rows,
@@ -116,7 +142,7 @@ def main() -> int:
         print(f"{resolution}: {result['fps']:.2f} fps end to end; per frame of the stage pass ({frames} frames):")
         for row, ms in rows.items():
             calls = f" ({profile.calls[row]} calls)" if row in profile.calls else " (p50)"
-            print(f"  {row:<26} {ms:8.1f} ms{calls}")
+            print(f"  {row:<40} {ms:8.1f} ms{calls}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0

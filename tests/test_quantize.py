@@ -285,3 +285,27 @@ def test_benchmark_at_int8_measures_each_int8_graph_against_fp32(catalogue: Path
     fp32 = benchmark.run({**raw, "runtime": {**raw["runtime"], "precision": "fp32"}}, resolution="180p", frames=2,
                          registry=REGISTRY, build_chain=build_chain)  # fmt: skip
     assert fp32["int8"] == [] and fp32["precision"] == "fp32"
+
+
+def test_a_face_enhancer_is_calibrated_on_the_demo_faces_and_gated_at_35_db(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GFPGAN's real signature (a generated graph, 512 px crops on the ffhq template): calibrated on the faces the
+    embedded analyser finds on the demo media, the portrait held out; the gate for face models is 35 dB."""
+    import tiny_graphs
+
+    from engine.models.manifest import Manifest
+
+    real = Manifest.load()
+    graph = tmp_path / "src" / "GFPGANv1.4.onnx"
+    tiny_graphs.enhancer(graph, real.get("gfpgan_1_4").io, 512)
+    manifest = write_manifest(tmp_path / "manifest.toml", {"gfpgan_1_4": (graph, "GFPGANv1.4.onnx")})
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(manifest))
+    monkeypatch.setenv("FACESTUDIO_MODELS", str(tmp_path / "models"))
+    monkeypatch.setenv("FACESTUDIO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("FACESTUDIO_INTEGRITY_KEY", str(tmp_path / "secret" / "integrity.key"))
+    made = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), "gfpgan_1_4")
+    assert made.threshold_db == 35.0 and made.psnr_db >= 35.0 and made.calibration == "demo"
+    assert made.calibrated_on >= 4 and made.checked_on >= 2  # faces found on the clip's frames and the portrait
+    loaded = Runtime(RuntimeSettings(device="cpu", precision="int8")).load("gfpgan_1_4", "onnx")
+    assert loaded.quantized == made.path and loaded.describe()["precision"] == "int8"
