@@ -24,7 +24,6 @@ from engine import pipeline, video
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
 from engine.faces.stage import build_analyser
-from engine.faces.tracking import FaceTracker
 from engine.job import FacesSettings, Job, Preset, RuntimeSettings
 from engine.models import fetch
 from engine.models.manifest import Manifest, ModelSpec
@@ -137,15 +136,6 @@ def _camera_info(fps: float) -> tuple[video.MediaInfo, video.Span]:
     )  # fmt: skip
     span = video.Span(Fraction(0), None, 0, None, rate, False, 0, 0)
     return info, span
-
-
-def retime_live(renderer: FrameRenderer, fps: float) -> None:
-    """Make a live renderer's tracker assume `fps` frames per second from the next frame on (a live stream sees
-    frames at the rate it processes them, known once it runs): a new tracker, built as the face stage builds its
-    own, so faces are detected afresh on the next frame. Call it between renders (from the thread that renders)."""
-    if renderer.faces is not None:
-        stage = renderer.faces.stage
-        stage.tracker = FaceTracker(stage.analyser, redetect_every=stage.settings.redetect_every, fps=fps)
 
 
 def _check_pixels(target: Path, width: int, height: int, max_pixels: int) -> None:
@@ -274,7 +264,7 @@ class Service:
         """A FrameRenderer for a camera stream: no target file, a face stage of its own (never shared or cached:
         its tracker follows one stream's faces, and two streams must not see each other's), rendering with
         `render(frame, index, track=True)`. `fps`: the rate it will be given frames at (smoothing works in
-        seconds; `retime_live` changes it). The caller holds `model_lock` (models load here).
+        seconds). The caller holds `model_lock` (models load here).
 
         faces.selector = reference needs faces.reference_image: a camera has no frame to take the reference
         from before it streams."""

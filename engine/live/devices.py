@@ -50,7 +50,13 @@ class DeviceCamera:
 
     def __init__(self, index: int, width: int | None = None, height: int | None = None, fps: float | None = None):
         self.name = f"camera {index}"
-        self._capture = cv2.VideoCapture(index)
+        # OpenCV logs each backend's failure to open a missing camera: the one-line error below says it instead.
+        level = cv2.utils.logging.getLogLevel()
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+        try:
+            self._capture = cv2.VideoCapture(index)
+        finally:
+            cv2.utils.logging.setLogLevel(level)
         if not self._capture.isOpened():
             self._capture.release()
             raise InvalidInput(

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine.errors import FacestudioError, InvalidInput
-from engine.service import FrameRenderer, retime_live
+from engine.live.faces import track_live
+from engine.service import FrameRenderer
 from engine.types import Frame
 
 log = logging.getLogger(__name__)
@@ -266,8 +267,10 @@ class LiveLoop:
                     if self.inbox.closed:
                         break
                     continue
-                if self._replacement is not None:
-                    self.renderer, self._replacement = self._replacement, None
+                if index == 0 or self._replacement is not None:
+                    self.renderer = self._replacement or self.renderer
+                    self._replacement = None
+                    track_live(self.renderer, self.fps)
                 out = self._render(captured, index)
                 if out is None:
                     break
@@ -284,18 +287,20 @@ class LiveLoop:
                 log.error("live stream failed", exc_info=exc)
 
     def _render(self, captured: Captured, index: int) -> Processed | None:
-        frame = captured.frame()
-        if self.max_pixels is not None and frame.shape[0] * frame.shape[1] > self.max_pixels:
-            raise InvalidInput(
-                f"the camera sends {frame.shape[1]}×{frame.shape[0]} frames, above runtime.max_pixels="
-                f"{self.max_pixels}: choose a smaller camera resolution, or raise runtime.max_pixels"
-            )
         asked = time.monotonic()
         while not self.model_lock.acquire(timeout=_LOCK_POLL_S):
             self.state = "waiting for the model: a job is using it (the stream goes on when it is done)"
             if self._stop.is_set():
                 return None
         try:
+            # A newer frame may have come while this one waited for the model: that one is rendered instead.
+            captured = self.inbox.take(0) or captured
+            frame = captured.frame()
+            if self.max_pixels is not None and frame.shape[0] * frame.shape[1] > self.max_pixels:
+                raise InvalidInput(
+                    f"the camera sends {frame.shape[1]}×{frame.shape[0]} frames, above runtime.max_pixels="
+                    f"{self.max_pixels}: choose a smaller camera resolution, or raise runtime.max_pixels"
+                )
             started = time.monotonic()
             self.state = "running"
             rendered = self.renderer.render(frame, index, track=True)
@@ -317,7 +322,7 @@ class LiveLoop:
         if max(figures.fps / self.fps, self.fps / figures.fps) > RETIME_RATIO:
             log.debug("live: tracker re-timed from %.1f to %.1f fps", self.fps, figures.fps)
             self.fps = figures.fps
-            retime_live(self.renderer, figures.fps)
+            track_live(self.renderer, figures.fps)
 
 
 class Sink(Protocol):

@@ -51,7 +51,7 @@ class Recording:
 class Recorder:
     """Records a live stream's processed frames, and the microphone, to `output` (.mp4, .mkv or .mov).
 
-    Video at `fps` frames per second: output frame k shows the newest processed frame whose input arrived before
+    Video at `fps` frames per second: output frame k shows the newest processed frame whose input arrived by
     `start + k / fps`, so the recording keeps the stream's real timing (a frame repeats until the next one is
     processed) and never holds an unprocessed frame. Frames of another size than the first are scaled to it.
     Audio: mono 16-bit samples at `audio_rate`, placed by their arrival time (a gap is filled with silence), so
@@ -146,7 +146,9 @@ class Recorder:
         """Nothing to do as a sink: `finish` or `abort` ends the recording."""
 
     def _slot(self, moment: float) -> int:
-        return max(0, math.floor((moment - self.start) * self.rate))
+        """The first output frame at or after `moment` (time.monotonic()); micro-second rounding keeps a moment
+        that is exactly a frame's time on that frame."""
+        return max(0, math.ceil(round((moment - self.start) * float(self.rate), 6)))
 
     def _fill(self, slots: int, frame: Frame) -> None:
         assert self._writer is not None

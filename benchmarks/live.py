@@ -1,0 +1,200 @@
+"""Live benchmark (not a test): processed frames per second and end-to-end latency of the studio's Live tab, from a
+frame counter drawn into the fake camera's frames and read back from the frames the page shows.
+
+    python benchmarks/live.py [--seconds 30] [--fps 30] [--size 640x480] [--preset NAME] [--set ID.FIELD=VALUE …]
+                              [--json live.json]
+
+It writes the moving-portrait demo clip with a frame counter (engine/live/testcard.py) as a .y4m, serves the
+studio on a free local port and opens it in headless Chromium (Debian `chromium`, driven by playwright) with that
+clip as its camera (`--use-fake-device-for-media-stream --use-file-for-fake-video-capture`). With the demo's
+source face it starts the Live tab and, after a warm-up, for `--seconds`:
+- every frame the camera delivers to the page: its counter and time; every frame of the result the page
+  receives: its counter and time, read as each is delivered (MediaStreamTrackProcessor, so the page's own
+  rendering does not skip any). Latency = arrival of the result − capture of the same counter (the latest
+  capture of it before: the clip loops): camera to the browser's decoded frame (showing it adds one display
+  refresh), the truth;
+- the page's own latency figure (what the stats line shows, webui/live.js), against that truth;
+- the server's processing time per frame (its stamps over the data channel).
+
+The chain's per-frame time is measured the same run, without the browser: the same frames rendered one after
+another through the same live renderer (face tracking on), median and mean; the goal here is latency p95 ≤ 2 ×
+that time. Defaults: the embedded swapper (the default preset), 640×480 at 30 fps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from engine import demo  # noqa: E402
+from engine.job import apply_overrides, load_preset_raw  # noqa: E402
+from engine.live import testcard  # noqa: E402
+from engine.live.faces import track_live  # noqa: E402
+from engine.service import Service  # noqa: E402
+from processors import REGISTRY  # noqa: E402
+from webui.app import Studio, UISettings, launch  # noqa: E402
+
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]  # fmt: skip
+
+# Every frame of the camera and of the result, read as it is delivered: the camera's counter → its times; the
+# result's: counter, time, latency (from the latest capture of that counter before it: the clip loops), and the
+# latency the page shows at that moment.
+WATCH = """() => {
+  const live = window.facestudioLive;
+  window.fsCaptured = new Map();
+  window.fsShown = [];
+  window.fsMeasure = false;
+  window.fsCount(live.local.getVideoTracks()[0], (n, time) => {
+    if (n === null) return;
+    const times = window.fsCaptured.get(n) || [];
+    times.push(time);
+    if (times.length > 4) times.shift();
+    window.fsCaptured.set(n, times);
+  });
+  window.fsCount(live.remote.getVideoTracks()[0], (n, time) => {
+    if (!window.fsMeasure || n === null) return;
+    const captured = (window.fsCaptured.get(n) || []).filter(t => t <= time).pop();
+    if (captured !== undefined) window.fsShown.push([n, time, time - captured, live.figures.latency]);
+  });
+}"""
+
+
+def chain_time(raw: dict[str, Any], frames: list[np.ndarray], fps: float) -> list[float]:
+    """Milliseconds per frame (face stage + processors) through a live renderer, the frames one after another."""
+    service = Service(REGISTRY)
+    renderer = service.live_renderer(raw, [demo.source_photo()], fps=fps)
+    track_live(renderer, fps)  # as the stream's loop does: the tracker and detection of a live stream
+    times = []
+    for i, frame in enumerate(frames):
+        rendered = renderer.render(frame, i, track=True)
+        times.append(rendered.faces_ms + rendered.chain_ms)
+    return times[3:]  # the first frames load and warm the models
+
+
+def stream(y4m: Path, seconds: float, warmup: float, preset: str | None, sets: list[str]) -> dict[str, Any]:
+    from playwright.sync_api import expect, sync_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        raise SystemExit("needs a chromium binary (apt-get install chromium)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    served = launch(UISettings(port=port), Studio(work_dir=Path(tempfile.mkdtemp(prefix="live-bench-"))), block=False)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=chromium, headless=True, args=[*FLAGS, f"--use-file-for-fake-video-capture={y4m}"]
+            )
+            page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+            page.goto(f"http://127.0.0.1:{port}/")
+            expect(page.locator("#run")).to_be_visible(timeout=60_000)
+            if preset:
+                page.locator("#preset-pick input").fill(preset)
+                page.locator("#preset-pick input").press("Enter")
+                page.locator("#preset-load").click()
+                expect(page.locator("#preset-status")).to_contain_text("loaded", timeout=30_000)
+            if sets:
+                raise SystemExit("--set is not supported by the browser benchmark; save a preset and pass --preset")
+            page.locator("#sources input[type=file]").set_input_files(str(demo.source_photo()))
+            page.get_by_role("tab", name="Live").click()
+            page.locator("#live-consent input[type=checkbox]").check()
+            page.locator("#live-start").click()
+            page.wait_for_function("() => window.facestudioLive && window.facestudioLive.remote", timeout=120_000)
+            page.add_script_tag(content=testcard.COUNTER_JS)
+            page.evaluate(WATCH)
+            time.sleep(warmup)
+            page.evaluate("() => { window.fsMeasure = true; }")
+            started = page.evaluate("() => window.facestudioLive.figures.shown")
+            time.sleep(seconds)
+            shown = page.evaluate("() => window.fsShown")
+            frames = page.evaluate("() => window.facestudioLive.figures.shown") - started
+            stamps = page.evaluate("() => [...window.facestudioLive.stamps.values()].map(s => s.proc)")
+            legs = page.evaluate("() => ({upstream: window.facestudioLive.upstream, clock: window.facestudioLive.clock})")
+            server = page.evaluate("() => window.facestudioLive.server")
+            page.locator("#live-stop").click()
+            browser.close()
+    finally:
+        served.close()
+    return {"shown": shown, "frames": frames, "processing": stamps, "server": server, "legs": legs}
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 1),
+        "mean": round(statistics.fmean(values), 1),
+        "p95": round(float(np.percentile(values, 95)), 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured seconds (after the warm-up)")
+    parser.add_argument("--warmup", type=float, default=8.0, help="seconds streamed before measuring")
+    parser.add_argument("--fps", type=int, default=30, help="the fake camera's frame rate")
+    parser.add_argument("--size", default="640x480", help="the fake camera's WIDTHxHEIGHT")
+    parser.add_argument("--preset", help="a preset to load in the page first (default: the default preset)")
+    parser.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE", help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help="write the result here")
+    args = parser.parse_args()
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    raw = apply_overrides(load_preset_raw(args.preset or "default"), args.set, REGISTRY)
+
+    with tempfile.TemporaryDirectory(prefix="live-bench-") as tmp:
+        y4m = testcard.write(Path(tmp) / "camera.y4m", width, height, args.fps, count=args.fps * 4)
+        chain = chain_time(raw, testcard.frames(width, height, 63), float(args.fps))
+        result = stream(y4m, args.seconds, args.warmup, args.preset, args.set)
+
+    shown = result["shown"]
+    if len(shown) < 10:
+        raise SystemExit(f"only {len(shown)} frames with a readable counter were shown; nothing to measure")
+    truth = [s[2] for s in shown]
+    page_figure = [s[3] for s in shown if s[3] is not None]
+    distinct = len({(s[0], round(s[1] / 1000)) for s in shown})
+    report = {
+        "camera": {"size": f"{width}×{height}", "fps": args.fps},
+        "chain": result["server"] and (result["server"].get("state")),
+        "seconds": args.seconds,
+        "processed_fps": round(result["frames"] / args.seconds, 2),
+        "frames_with_counter": len(shown),
+        "distinct_frames": distinct,
+        "latency_ms": summary(truth),
+        "page_latency_ms": summary(page_figure) if page_figure else None,
+        "processing_in_stream_ms": summary(result["processing"]) if result["processing"] else None,
+        "chain_per_frame_ms": summary(chain),
+    }
+    quarter = max(len(truth) // 4, 1)
+    report["latency_first_quarter_ms"] = round(statistics.median(truth[:quarter]), 1)
+    report["latency_last_quarter_ms"] = round(statistics.median(truth[-quarter:]), 1)
+    goal = 2 * report["chain_per_frame_ms"]["mean"]
+    report["goal"] = {
+        "latency_p95_ms": report["latency_ms"]["p95"],
+        "two_chain_times_ms": round(goal, 1),
+        "met": report["latency_ms"]["p95"] <= goal,
+        "ratio": round(report["latency_ms"]["p95"] / report["chain_per_frame_ms"]["mean"], 2),
+    }
+    del report["chain"]
+    report["page_parts"] = result["legs"]
+    report["server_arrival_to_result_ms"] = result["server"]["lat"] if result["server"] else None
+    print(json.dumps(report, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
