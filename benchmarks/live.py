@@ -50,28 +50,6 @@ from webui.app import Studio, UISettings, launch  # noqa: E402
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]  # fmt: skip
 
-# Every frame of the camera and of the result, read as it is delivered: the camera's counter → its times; the
-# result's: counter, time, latency (from the latest capture of that counter before it: the clip loops), and the
-# latency the page shows at that moment.
-WATCH = """() => {
-  const live = window.facestudioLive;
-  window.fsCaptured = new Map();
-  window.fsShown = [];
-  window.fsMeasure = false;
-  window.fsCount(live.local.getVideoTracks()[0], (n, time) => {
-    if (n === null) return;
-    const times = window.fsCaptured.get(n) || [];
-    times.push(time);
-    if (times.length > 4) times.shift();
-    window.fsCaptured.set(n, times);
-  });
-  window.fsCount(live.remote.getVideoTracks()[0], (n, time) => {
-    if (!window.fsMeasure || n === null) return;
-    const captured = (window.fsCaptured.get(n) || []).filter(t => t <= time).pop();
-    if (captured !== undefined) window.fsShown.push([n, time, time - captured, live.figures.latency]);
-  });
-}"""
-
 
 def chain_time(raw: dict[str, Any], frames: list[np.ndarray], fps: float) -> list[float]:
     """Milliseconds per frame (face stage + processors) through a live renderer, the frames one after another."""
@@ -85,7 +63,9 @@ def chain_time(raw: dict[str, Any], frames: list[np.ndarray], fps: float) -> lis
     return times[3:]  # the first frames load and warm the models
 
 
-def stream(y4m: Path, seconds: float, warmup: float, preset: str | None, sets: list[str]) -> dict[str, Any]:
+def stream(
+    y4m: Path, loop_ms: float, seconds: float, warmup: float, preset: str | None, sets: list[str]
+) -> dict[str, Any]:
     from playwright.sync_api import expect, sync_playwright
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -115,22 +95,25 @@ def stream(y4m: Path, seconds: float, warmup: float, preset: str | None, sets: l
             page.locator("#live-consent input[type=checkbox]").check()
             page.locator("#live-start").click()
             page.wait_for_function("() => window.facestudioLive && window.facestudioLive.remote", timeout=120_000)
-            page.add_script_tag(content=testcard.COUNTER_JS)
-            page.evaluate(WATCH)
+            page.add_script_tag(content=testcard.COUNTER_JS + testcard.LATENCY_JS)
+            page.evaluate(f"() => window.fsWatch({loop_ms})")
             time.sleep(warmup)
-            page.evaluate("() => { window.fsMeasure = true; }")
+            page.evaluate("() => { window.fsShown = []; }")
             started = page.evaluate("() => window.facestudioLive.figures.shown")
+            page.evaluate("""() => { window.fsLags = []; setInterval(() => {
+                const s = window.facestudioLive.server; if (s) window.fsLags.push(s.lag); }, 500); }""")
             time.sleep(seconds)
             shown = page.evaluate("() => window.fsShown")
             frames = page.evaluate("() => window.facestudioLive.figures.shown") - started
             stamps = page.evaluate("() => [...window.facestudioLive.stamps.values()].map(s => s.proc)")
-            legs = page.evaluate("() => ({upstream: window.facestudioLive.upstream, clock: window.facestudioLive.clock})")
+            legs = page.evaluate("() => ({upstream: window.facestudioLive.upstream})")
             server = page.evaluate("() => window.facestudioLive.server")
+            lags = page.evaluate("() => window.fsLags || []")
             page.locator("#live-stop").click()
             browser.close()
     finally:
         served.close()
-    return {"shown": shown, "frames": frames, "processing": stamps, "server": server, "legs": legs}
+    return {"shown": shown, "frames": frames, "processing": stamps, "server": server, "legs": legs, "lags": lags}
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -155,9 +138,10 @@ def main() -> int:
     raw = apply_overrides(load_preset_raw(args.preset or "default"), args.set, REGISTRY)
 
     with tempfile.TemporaryDirectory(prefix="live-bench-") as tmp:
-        y4m = testcard.write(Path(tmp) / "camera.y4m", width, height, args.fps, count=args.fps * 4)
+        loop = args.fps * 8  # frames: the clip loops every 8 s
+        y4m = testcard.write(Path(tmp) / "camera.y4m", width, height, args.fps, count=loop)
         chain = chain_time(raw, testcard.frames(width, height, 63), float(args.fps))
-        result = stream(y4m, args.seconds, args.warmup, args.preset, args.set)
+        result = stream(y4m, loop / args.fps * 1000, args.seconds, args.warmup, args.preset, args.set)
 
     shown = result["shown"]
     if len(shown) < 10:
@@ -190,6 +174,7 @@ def main() -> int:
     del report["chain"]
     report["page_parts"] = result["legs"]
     report["server_arrival_to_result_ms"] = result["server"]["lat"] if result["server"] else None
+    report["input_lag_ms"] = summary(result["lags"]) if result["lags"] else None
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -58,6 +58,8 @@ if (!L.ready) {
       if (L.stamps.size > 600) L.stamps.delete(L.stamps.keys().next().value);
     } else if (message.t === "s") {
       L.server = message;
+    } else if (message.t === "end") {
+      L.stop(false).then(() => L.say(`the stream ended: ${message.reason}`, message.reason !== "stopped"));
     } else if (message.t === "pong") {
       const now = epoch();
       const rtt = now - message.c;
@@ -169,6 +171,7 @@ if (!L.ready) {
     }
     L.local = media;
     find(".fs-live-in").srcObject = media;
+    find(".fs-live-stage").scrollIntoView({ block: "center", behavior: "smooth" });
     L.listCameras();
     const pc = (L.pc = new RTCPeerConnection({ iceServers: config.ice || [] }));
     const channel = (L.channel = pc.createDataChannel("facestudio", { ordered: false, maxRetransmits: 0 }));

@@ -98,6 +98,28 @@ def _rgb(frame: Any) -> np.ndarray:
     return frame.to_ndarray(format="rgb24")
 
 
+class InputLag:
+    """How far behind the camera the decoded frames reach the server (ms): arrival time against the frame's RTP
+    timestamp (90 kHz, the browser's capture clock), relative to the least difference seen. It grows when frames
+    wait to be decoded — before the newest-wins mailbox, where nothing can be dropped."""
+
+    def __init__(self) -> None:
+        self.ms = 0.0
+        self._base: float | None = None
+        self._last: int | None = None
+        self._wraps = 0
+
+    def frame(self, arrived: float, pts: int | None) -> None:
+        if pts is None:
+            return
+        if self._last is not None and pts < self._last - (1 << 31):
+            self._wraps += 1  # the 32-bit RTP timestamp wrapped
+        self._last = pts
+        difference = arrived - (pts + (self._wraps << 32)) / 90000
+        self._base = difference if self._base is None else min(self._base, difference)
+        self.ms = (difference - self._base) * 1000
+
+
 @dataclass
 class WebStream:
     """One browser's live stream: its render loop, the WebRTC connection once the page has sent its offer, the
@@ -115,8 +137,7 @@ class WebStream:
     output: Any = None
     recorder: Recorder | None = None
     recorder_thread: SinkThread | None = None
-    last_frame: np.ndarray | None = None
-    settings_changes: int = 0
+    lag: InputLag = field(default_factory=lambda: InputLag())
     claimed: bool = False  # the page's offer came (a second one with the same token is refused)
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -127,7 +148,6 @@ class WebStream:
     # -- frames out (the loop's thread) ---------------------------------------------------------------------------
     def emit(self, out: Processed) -> None:
         """A result: to the recorder, and to the browser with its stamp (converted here, off the event loop)."""
-        self.last_frame = out.frame
         recorder = self.recorder_thread
         if recorder is not None:
             recorder.send(out)
@@ -151,8 +171,8 @@ class WebStream:
         f = self.loop.figures()
         recording = self.recorder.seconds if self.recorder is not None else None
         return {"t": "s", "fps": round(f.fps, 2), "in": round(f.input_fps, 2), "dropped": round(f.dropped, 3),
-                "proc": round(f.processing_ms, 1), "lat": round(f.latency_ms, 1), "state": f.state,
-                "frames": f.frames, "recording": recording}  # fmt: skip
+                "proc": round(f.processing_ms, 1), "lat": round(f.latency_ms, 1), "lag": round(self.lag.ms, 1),
+                "state": f.state, "frames": f.frames, "recording": recording}  # fmt: skip
 
     # -- the connection (the event loop) --------------------------------------------------------------------------
     async def connect(self, sdp: str, kind: str, ice: Sequence[Mapping[str, Any]], on_closed: Any) -> dict[str, str]:
@@ -202,7 +222,9 @@ class WebStream:
                 frame = await track.recv()
             except MediaStreamError:
                 return
-            self.loop.submit(Captured(frame, time.monotonic(), frame.pts, _rgb))
+            now = time.monotonic()
+            self.lag.frame(now, frame.pts)
+            self.loop.submit(Captured(frame, now, frame.pts, _rgb))
 
     async def _receive_audio(self, track: Any) -> None:
         """The microphone: resampled to mono 48 kHz and recorded while a recording runs (read always: unread
@@ -312,7 +334,9 @@ class LiveHub:
     def open(self, session: Session, raw: dict[str, Any], sources: Sequence[str], fps: float) -> WebStream:
         """A stream for the session, ready for its page's offer (the session's previous stream is stopped). The
         renderer is built here (models load, the source face is analysed): typed errors say what is wrong."""
-        self.stop(session)
+        previous = self.of(session)
+        if previous is not None:
+            self._end(previous, "Start was pressed again (in this or another tab of this session)")
         self._forget_unconnected()
         with self._lock:
             if len(self._streams) >= self.max_streams:
@@ -346,8 +370,7 @@ class LiveHub:
         if renderer is not current:
             stream.loop.replace(renderer)
         if stream.recorder is not None:
-            stream.recorder.job = renderer.job
-        stream.settings_changes += 1
+            stream.recorder.job = renderer.job  # its sidecar names the settings it ended with
         return True
 
     def start_recording(self, session: Session, folder: Path, name: str) -> Recorder:
@@ -370,17 +393,20 @@ class LiveHub:
     def stop(self, session: Session) -> Recording | None:
         """Stop the session's stream (and write its recording, returned)."""
         stream = self.of(session)
-        return self._end(stream) if stream is not None else None
+        return self._end(stream, "stopped") if stream is not None else None
 
     def forget(self, owners: Sequence[str]) -> None:
-        """The sessions of these owners expired: their streams stop, and recordings are discarded."""
+        """The sessions of these owners expired: their streams stop, and recordings in progress are discarded
+        (their folders go with the session)."""
         with self._lock:
             gone = [s for s in self._streams.values() if s.owner in owners]
         for stream in gone:
-            if stream.recorder is not None:
-                stream.recorder.abort()
-                stream.recorder = None
-            self._end(stream)
+            recorder, thread = stream.recorder, stream.recorder_thread
+            stream.recorder = stream.recorder_thread = None
+            if recorder is not None and thread is not None:
+                thread.close()
+                recorder.abort()
+            self._end(stream, "this session expired")
 
     def close(self) -> None:
         """Stop every stream (the server is stopping); recordings in progress are written."""
@@ -388,7 +414,7 @@ class LiveHub:
             streams = list(self._streams.values())
         for stream in streams:
             with contextlib.suppress(Exception):  # one stream failing to close must not keep the others open
-                self._end(stream)
+                self._end(stream, "the server is stopping")
 
     # -- from the offer route (the event loop) ----------------------------------------------------------------------
     def claim(self, token: str, owner: str | None) -> WebStream | None:
@@ -402,14 +428,19 @@ class LiveHub:
 
     def closed(self, stream: WebStream) -> None:
         """The connection failed or was closed (the page went away): end the stream off the event loop."""
-        threading.Thread(target=self._end, args=(stream,), name="facestudio-live-end", daemon=True).start()
+        threading.Thread(target=self._end, args=(stream, "the connection closed"), name="facestudio-live-end",
+                         daemon=True).start()  # fmt: skip
 
     # -- ending ------------------------------------------------------------------------------------------------------
-    def _end(self, stream: WebStream) -> Recording | None:
+    def _end(self, stream: WebStream, reason: str) -> Recording | None:
+        """End a stream: its loop, its recording (written), its connection (the page is told `reason` first)."""
         with self._lock:
             if self._streams.get(stream.token) is not stream:
                 return None
             del self._streams[stream.token]
+        if stream.event_loop is not None and not stream.event_loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the event loop has closed meanwhile
+                stream.event_loop.call_soon_threadsafe(stream.send, {"t": "end", "reason": reason})
         stream.loop.stop()
         recording = None
         try:
@@ -432,7 +463,7 @@ class LiveHub:
         with self._lock:
             stale = [s for s in self._streams.values() if not s.claimed and now - s.created > _OFFER_WAIT_S]
         for stream in stale:
-            self._end(stream)
+            self._end(stream, "the page never connected")
 
 
 def _close_connection(stream: WebStream) -> None:
@@ -507,7 +538,7 @@ HTML = """
 
 CSS = """
 .fs-live-stage {position: relative; background: #111; border-radius: 6px; min-height: 240px;}
-.fs-live-out {display: block; width: 100%; max-height: 540px; object-fit: contain;}
+.fs-live-out {display: block; width: 100%; height: min(62vh, 540px); object-fit: contain;}
 .fs-live-in {position: absolute; right: 8px; bottom: 8px; width: 22%; max-width: 200px; border: 1px solid #888;
              border-radius: 4px; background: #000;}
 .fs-live-bar {display: flex; gap: 12px; align-items: center; flex-wrap: wrap; margin-top: 6px; font-size: .9rem;}
@@ -597,7 +628,7 @@ class LiveTab:
             return gr.update(value=""), f"<span class='fs-warn'>{user_message(exc, session.names)}</span>"
         config = {"token": stream.token, "width": width, "height": height, "fps": fps, "audio": bool(mic),
                   "ice": ice}  # fmt: skip
-        return json.dumps(config), "starting: allow the camera when the browser asks"
+        return json.dumps(config), "streaming from this browser's camera (allow it when asked); Stop ends it"
 
     def on_stop(self, version: int, request: gr.Request) -> tuple[Any, ...]:
         session = self._session(request)

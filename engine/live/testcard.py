@@ -109,3 +109,28 @@ window.fsCount = async (track, seen) => {{
   }}
 }};
 """
+
+
+# In a page streaming the Live tab (after COUNTER_JS): `fsWatch(loopMs)` reads the counters of both the camera's
+# frames and the results as they are delivered, and appends [counter, time, latency ms, the latency the page shows]
+# to `window.fsShown` for each result whose counter was seen on the camera within half the clip's loop before it
+# (the latest such capture: the clip loops every `loopMs`; an older one is unmatched, not a latency).
+LATENCY_JS = """
+window.fsWatch = (loopMs) => {
+  const live = window.facestudioLive;
+  const captured = new Map();
+  window.fsShown = [];
+  window.fsCount(live.local.getVideoTracks()[0], (n, time) => {
+    if (n === null) return;
+    const times = captured.get(n) || [];
+    times.push(time);
+    if (times.length > 4) times.shift();
+    captured.set(n, times);
+  });
+  window.fsCount(live.remote.getVideoTracks()[0], (n, time) => {
+    if (n === null) return;
+    const at = (captured.get(n) || []).filter(t => t <= time && time - t < loopMs / 2).pop();
+    if (at !== undefined) window.fsShown.push([n, time, time - at, live.figures.latency]);
+  });
+};
+"""
