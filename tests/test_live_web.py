@@ -207,6 +207,11 @@ def test_each_session_gets_back_its_own_stream_and_nothing_of_another(
             response = await client.offer(server.url, tokens[name], browsers[name][0])
             assert response.status_code == 200, response.text
         await until(lambda: all(len(c.received) >= 20 for c in clients.values()))
+        for _, session in browsers.values():
+            stream = hub.of(session)
+            assert stream is not None
+            (receiver,) = [r for r in stream.pc.getReceivers() if r.track.kind == "video"]
+            assert isinstance(receiver._RTCRtpReceiver__jitter_buffer, MarkerJitterBuffer)  # wired in
         # A token that has connected cannot connect again.
         again = Client(colours["a"])
         assert (await again.offer(server.url, tokens["a"], browsers["a"][0])).status_code == 404
@@ -232,6 +237,7 @@ def test_each_session_gets_back_its_own_stream_and_nothing_of_another(
         assert pong["c"] == 12345.0 and abs(pong["s"] - time.time() * 1000) < 120_000
         figures = next(m for m in reversed(client.messages) if m["t"] == "s")
         assert figures["state"] == "running" and figures["frames"] >= 10 and 0 <= figures["dropped"] < 1
+        assert figures["cap"] >= 10  # the camera is asked for no more than the stream can use
 
 
 def test_an_unknown_token_and_a_missing_login_are_refused(studio: Studio, hub: LiveHub, server: Server) -> None:

@@ -58,6 +58,7 @@ if (!L.ready) {
       if (L.stamps.size > 600) L.stamps.delete(L.stamps.keys().next().value);
     } else if (message.t === "s") {
       L.server = message;
+      capRate(message.cap);
     } else if (message.t === "end") {
       L.stop(false).then(() => L.say(`the stream ended: ${message.reason}`, message.reason !== "stopped"));
     } else if (message.t === "pong") {
@@ -65,6 +66,23 @@ if (!L.ready) {
       const rtt = now - message.c;
       const offset = message.s - (message.c + rtt / 2);
       if (!L.clock || rtt <= L.clock.rtt * 1.5) L.clock = { offset, rtt: Math.min(rtt, L.clock?.rtt ?? rtt) };
+    }
+  };
+
+  // The server asks for no more frames than it can use (a few per processed one): the camera's encoder sends fewer.
+  const capRate = async (cap) => {
+    const sender = L.sender;
+    if (!sender || !cap) return;
+    const wanted = Math.min(cap, L.cameraFps || cap);
+    if (L.cap && Math.abs(wanted - L.cap) < 2) return;
+    L.cap = wanted;
+    try {
+      const parameters = sender.getParameters();
+      if (!parameters.encodings || !parameters.encodings.length) return;
+      parameters.encodings[0].maxFramerate = wanted;
+      await sender.setParameters(parameters);
+    } catch (error) {
+      console.debug("maxFramerate not applied", error);
     }
   };
 
@@ -179,7 +197,10 @@ if (!L.ready) {
     const ping = () => channel.readyState === "open" && channel.send(JSON.stringify({ t: "ping", c: epoch() }));
     channel.onopen = ping;
     const camera = media.getVideoTracks()[0];
+    L.cameraFps = camera.getSettings().frameRate || config.fps;
+    L.cap = null;
     const sending = pc.addTransceiver(camera, { direction: "sendrecv" });
+    L.sender = sending.sender;
     // When the encoder is short of CPU, fewer frames rather than smaller ones: the chain wants the face's pixels.
     try {
       const parameters = sending.sender.getParameters();
@@ -227,7 +248,7 @@ if (!L.ready) {
     (L.timers || []).forEach(clearInterval);
     L.timers = [];
     const pc = L.pc;
-    L.pc = null;
+    L.pc = L.sender = null;
     if (pc) pc.close();
     if (L.local) L.local.getTracks().forEach((t) => t.stop());
     L.local = L.remote = null;

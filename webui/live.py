@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import secrets
 import threading
@@ -75,6 +76,9 @@ _VIDEO_TIME_BASE = Fraction(1, 90000)
 _OFFER_WAIT_S = 60.0
 # How often the page is sent the stream's figures (seconds).
 _FIGURES_EVERY_S = 0.5
+# The camera sends at most this many frames per processed frame, and at least _CAP_MIN_FPS a second.
+_CAP_PER_PROCESSED = 2.5
+_CAP_MIN_FPS = 10
 SIZES = {"640×480": (640, 480), "1280×720": (1280, 720)}
 
 
@@ -168,11 +172,15 @@ class WebStream:
                 channel.send(json.dumps(message))
 
     def figures(self) -> dict[str, Any]:
+        """The stream's figures for the page, with `cap`: the frame rate the page's camera should send at most."""
         f = self.loop.figures()
         recording = self.recorder.seconds if self.recorder is not None else None
+        # Frames beyond a few per processed one are decoded only to be dropped: the camera's encoder, the network
+        # and the server's decoder (all frames must be decoded) spend CPU the chain could use.
+        cap = None if f.fps <= 0 else max(_CAP_MIN_FPS, math.ceil(_CAP_PER_PROCESSED * f.fps))
         return {"t": "s", "fps": round(f.fps, 2), "in": round(f.input_fps, 2), "dropped": round(f.dropped, 3),
                 "proc": round(f.processing_ms, 1), "lat": round(f.latency_ms, 1), "lag": round(self.lag.ms, 1),
-                "state": f.state, "frames": f.frames, "recording": recording}  # fmt: skip
+                "state": f.state, "frames": f.frames, "recording": recording, "cap": cap}  # fmt: skip
 
     # -- the connection (the event loop) --------------------------------------------------------------------------
     async def connect(self, sdp: str, kind: str, ice: Sequence[Mapping[str, Any]], on_closed: Any) -> dict[str, str]:
@@ -543,6 +551,7 @@ CSS = """
              border-radius: 4px; background: #000;}
 .fs-live-bar {display: flex; gap: 12px; align-items: center; flex-wrap: wrap; margin-top: 6px; font-size: .9rem;}
 .fs-live-stats {font-variant-numeric: tabular-nums;}
+.fs-live-camera {max-width: 16rem; padding: 2px 4px;}
 .fs-live-stats.fs-warn {color: #b45309;}
 """
 
