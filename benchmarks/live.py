@@ -103,8 +103,7 @@ def stream(y4m: Path, loop_ms: float, seconds: float, warmup: float, preset: str
             shown = page.evaluate("() => window.fsShown")
             frames = page.evaluate("() => window.facestudioLive.figures.shown") - started
             stamps = page.evaluate(
-                "(from) => [...window.facestudioLive.stamps.values()].filter(s => s.arrived >= from).map(s => s.proc)",
-                measured,
+                "(from) => [...window.facestudioLive.stamps.values()].filter(s => s.arrived >= from)", measured
             )
             legs = page.evaluate("() => ({upstream: window.facestudioLive.upstream})")
             server = page.evaluate("() => window.facestudioLive.server")
@@ -148,7 +147,7 @@ def main() -> int:
     truth = [s[2] for s in shown]
     page_figure = [s[3] for s in shown if s[3] is not None]
     quarter = max(len(truth) // 4, 1)
-    in_stream = summary(result["processing"])
+    in_stream = summary([s["proc"] for s in result["processing"]])
     alone = summary(chain)
     p95 = summary(truth)["p95"]
     report = {
@@ -165,6 +164,7 @@ def main() -> int:
         "chain_per_frame_in_stream_ms": in_stream,
         "chain_per_frame_alone_ms": alone,
         "server_arrival_to_result_ms": result["server"]["lat"],
+        "server_arrival_to_render_ms": summary([s["queued"] for s in result["processing"]]),
         "input_lag_ms": summary(result["lags"]) if result["lags"] else None,
         "page_camera_to_server_estimate_ms": round(result["legs"]["upstream"], 1),
         "goal": {

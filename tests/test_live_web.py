@@ -1,4 +1,4 @@
-"""Live mode over WebRTC (webui/live.py), with Python WebRTC clients (aiortc) instead of a browser: each session
+"""Live mode over WebRTC (webui/live_rtc.py), with Python WebRTC clients (aiortc) instead of a browser: each session
 gets back its own stream and nothing of another's, a stream starts only from its owner with its token (and the
 login when there is one), the page's stamps and clock pings, recording with the microphone, stopping, and the
 jitter buffer that hands a frame over at its last packet."""
@@ -31,7 +31,7 @@ from engine.live import testcard
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from processors import REGISTRY
 from tests.conftest import audio_seconds
-from webui.live import LiveHub, MarkerJitterBuffer, routes
+from webui.live_rtc import LiveHub, MarkerJitterBuffer, routes
 from webui.privacy import COOKIE, owner_from
 from webui.studio import Session, Studio
 
