@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from PIL import Image
@@ -181,3 +182,36 @@ def test_a_camera_stream_comes_back_swapped_for_20_s_with_no_growth_in_latency_a
     page.get_by_role("tab", name="History").click()
     expect(page.get_by_text(output.name).first).to_be_visible(timeout=30_000)
     page.context.close()
+
+
+def test_with_a_login_the_stream_starts_for_the_logged_in_user_and_not_without_it(browser: Any, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    served = launch(UISettings(port=port, auth=("ada", "a-long-password")), Studio(work_dir=tmp_path), block=False)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+        page.goto(url)
+        page.get_by_label("username").fill("ada")
+        page.get_by_label("password").fill("a-long-password")
+        page.get_by_role("button", name="Login").click()
+        expect(page.locator("#run")).to_be_visible(timeout=60_000)
+        page.locator("#sources input[type=file]").set_input_files(str(demo.source_photo()))
+        expect(page.locator("#source-status")).to_contain_text("the face that will be put in", timeout=60_000)
+        page.get_by_role("tab", name="Live").click()
+        page.locator("#live-consent input[type=checkbox]").check()
+        page.locator("#live-start").click()
+        page.wait_for_function(
+            "() => window.facestudioLive && window.facestudioLive.figures.shown >= 3", timeout=120_000
+        )
+        # Without the login the offer route answers 401, whatever the body.
+        refused = httpx.post(url + "live/offer", json={"token": "x", "sdp": "v=0", "type": "offer"})
+        assert refused.status_code == 401
+        page.locator("#live-stop").click()
+        expect(page.locator("#live-view .fs-live-stats")).to_have_text("not streaming", timeout=30_000)
+        page.context.close()
+    finally:
+        served.close()

@@ -51,6 +51,21 @@ class Invert(FrameProcessor[InvertOptions]):
         return [255 - f for f in frames]
 
 
+class FlipOptions(ProcessorOptions):
+    pass
+
+
+class Flip(FrameProcessor[FlipOptions]):
+    """Upside down (what comes back tells which chain made it)."""
+
+    id = "flip"
+    title = "Flip"
+    Options = FlipOptions
+
+    def process(self, frames: Sequence[np.ndarray], ctxs: Sequence[FrameContext]) -> list[np.ndarray]:
+        return [np.ascontiguousarray(f[::-1]) for f in frames]
+
+
 INVERT = {"processors": ["invert"]}
 
 
@@ -77,7 +92,7 @@ class Server:
 
 @pytest.fixture
 def studio(tmp_path: Path) -> Iterator[Studio]:
-    studio = Studio({**REGISTRY, "invert": Invert}, work_dir=tmp_path / "work")
+    studio = Studio({**REGISTRY, "invert": Invert, "flip": Flip}, work_dir=tmp_path / "work")
     yield studio
     studio.close()
 
@@ -320,3 +335,28 @@ def test_a_frame_is_handed_over_at_its_last_packet_not_at_the_next_frames_first(
     gappy = MarkerJitterBuffer(capacity=512, is_video=True)
     assert gappy.add(packet(10, 100, False, b"x"))[1] is None
     assert gappy.add(packet(12, 100, True, b"z"))[1] is None
+
+
+def test_a_settings_change_applies_from_the_next_frame(studio: Studio, hub: LiveHub, server: Server) -> None:
+    cookies, session = browser(studio)
+    token = hub.open(session, INVERT, [], fps=15).token
+
+    async def scenario() -> tuple[list[np.ndarray], int]:
+        client = Client((200, 120, 40))
+        assert (await client.offer(server.url, token, cookies)).status_code == 200
+        await until(lambda: len(client.received) >= 5)
+        assert await asyncio.to_thread(hub.update, session, {"processors": ["flip"]}, [])
+        changed = len(client.received)
+        await until(lambda: len(client.received) >= changed + 10)
+        stream = hub.of(session)
+        assert stream is not None and stream.loop.renderer.job.processors == ("flip",)  # the same stream
+        await client.close()
+        return client.received, changed
+
+    received, changed = asyncio.run(scenario())
+    inverted = [testcard.read_counter(255 - f) is not None for f in received]
+    flipped = [testcard.read_counter(np.ascontiguousarray(f[::-1])) is not None for f in received]
+    assert all(inverted[:5]) and not any(flipped[:5])
+    # From some frame on (one in flight when it changed, at most a few), every frame is the new chain's.
+    switch = flipped.index(True)
+    assert switch <= changed + 3 and all(flipped[switch:]) and not any(inverted[switch:])

@@ -2,7 +2,7 @@
 // its root). window.facestudioLive.start(config) opens the camera, sends it to the server over WebRTC (token,
 // size, rate and ICE servers in `config`, as the Start handler gave them) and shows what comes back;
 // .stop() ends it. The stats line: frames shown per second, the server's processing time, and the latency from
-// the camera to the screen (see webui/live.py for how it is measured). The page's figures are in .figures.
+// the camera to the screen (see webui/live_rtc.py for how it is measured). The page's figures are in .figures.
 const L = (window.facestudioLive = window.facestudioLive || {});
 L.element = element;
 const find = (selector) => L.element.querySelector(selector);

@@ -4,11 +4,13 @@
               newest wins     FrameRenderer.render(track=True), model lock per frame
 
 - `loop`: the mailbox, the render loop, its figures, sinks on their own threads (the drop policy lives here).
+- `faces`: the tracker re-made for the processed rate, and detection sized for a camera.
 - `record`: recording the processed stream (and the microphone) to a video tagged synthetic, with its sidecar.
 - `devices`: local cameras (a camera number or a video file played as one) and local sinks (a window, a virtual
   camera, a folder of frames for tests); `local.run_camera` streams one into the others (`launch.py live`).
+- `testcard`: the demo clip with a frame counter drawn in, as a fake camera for the tests and the benchmark.
 
-The web UI's Live tab feeds the same loop from WebRTC (webui/live.py).
+The web UI's Live tab feeds the same loop from WebRTC (webui/live.py, webui/live_rtc.py).
 
 **Drop policy.** A camera delivers frames at its rate whatever the chain's speed. The input is a one-place
 mailbox: a frame that arrives while another waits replaces it, so when the chain is slower than the camera the
