@@ -360,3 +360,29 @@ def test_a_settings_change_applies_from_the_next_frame(studio: Studio, hub: Live
     # From some frame on (one in flight when it changed, at most a few), every frame is the new chain's.
     switch = flipped.index(True)
     assert switch <= changed + 3 and all(flipped[switch:]) and not any(inverted[switch:])
+
+
+def test_a_recording_is_kept_when_the_page_goes_away_while_it_records(studio: Studio, tmp_path: Path) -> None:
+    kept: list[Any] = []
+    hub = LiveHub(studio, on_recorded=lambda session, recording: kept.append((session, recording)))
+    served = Server(hub)
+    cookies, session = browser(studio)
+    token = hub.open(session, INVERT, [], fps=15).token
+
+    async def scenario() -> None:
+        client = Client((30, 160, 60))
+        assert (await client.offer(served.url, token, cookies)).status_code == 200
+        await until(lambda: len(client.received) >= 5)
+        hub.start_recording(session, tmp_path, "take.mp4")
+        await asyncio.sleep(1.5)
+        await client.close()  # the tab is closed
+        await until(lambda: hub.of(session) is None and bool(kept), 60)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        hub.close()
+        served.close()
+    ((owner, recording),) = kept
+    assert owner is session and recording.output == tmp_path / "take.mp4" and recording.frames >= 15
+    assert json.loads(recording.sidecar.read_text())["synthetic"] is True

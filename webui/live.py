@@ -70,7 +70,7 @@ class LiveTab:
     def __init__(self, page: Page) -> None:
         self.page = page
         self.studio = page.studio
-        self.hub = LiveHub(page.studio)
+        self.hub = LiveHub(page.studio, on_recorded=self._saved)
 
     def routes(self, auth: tuple[str, str] | None) -> list[APIRoute]:
         return routes(self.hub, auth=auth)

@@ -324,10 +324,15 @@ class ResultTrack(MediaStreamTrack):
 class LiveHub:
     """Every live stream of the server (thread-safe): at most one per session, `max_streams` at once."""
 
-    def __init__(self, studio: Studio, max_streams: int = 4) -> None:
+    def __init__(
+        self, studio: Studio, max_streams: int = 4, on_recorded: Callable[[Session, Recording], Any] | None = None
+    ) -> None:
+        """`on_recorded(session, recording)`: told of a recording written because its stream ended on its own (the
+        page went away, Start again, the server stopping); the page's own Stop and Stop recording return theirs."""
         self.studio = studio
         self.service = studio.service
         self.max_streams = max_streams
+        self.on_recorded = on_recorded
         self._streams: dict[str, WebStream] = {}
         self._lock = threading.Lock()
 
@@ -392,9 +397,15 @@ class LiveHub:
         return self._finish_recording(stream) if stream is not None else None
 
     def stop(self, session: Session) -> Recording | None:
-        """Stop the session's stream (and write its recording, returned)."""
+        """Stop the session's stream and write its recording (returned; a recording that cannot be written raises,
+        once the stream has stopped)."""
         stream = self.of(session)
-        return self._end(stream, "stopped") if stream is not None else None
+        if stream is None:
+            return None
+        try:
+            return self._finish_recording(stream)
+        finally:
+            self._end(stream, "stopped")
 
     def forget(self, owners: Sequence[str]) -> None:
         """The sessions of these owners expired: their streams stop, and recordings in progress are discarded
@@ -433,23 +444,26 @@ class LiveHub:
                          daemon=True).start()  # fmt: skip
 
     # -- ending ------------------------------------------------------------------------------------------------------
-    def _end(self, stream: WebStream, reason: str) -> Recording | None:
-        """End a stream: its loop, its recording (written), its connection (the page is told `reason` first)."""
+    def _end(self, stream: WebStream, reason: str) -> None:
+        """End a stream: its loop, its recording (written, `on_recorded`), its connection (the page is told
+        `reason` first)."""
         with self._lock:
             if self._streams.get(stream.token) is not stream:
-                return None
+                return
             del self._streams[stream.token]
         if stream.event_loop is not None and not stream.event_loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the event loop has closed meanwhile
                 stream.event_loop.call_soon_threadsafe(stream.send, {"t": "end", "reason": reason})
         stream.loop.stop()
-        recording = None
         try:
             recording = self._finish_recording(stream)
-        except FacestudioError as exc:
+            if recording is not None and self.on_recorded is not None:
+                self.on_recorded(stream.session, recording)
+        except Exception as exc:  # the stream ends whatever became of its recording
+            if not isinstance(exc, FacestudioError):
+                log.exception("a live recording could not be kept")
             log.info("live recording not kept: %s", exc)
         _close_connection(stream)
-        return recording
 
     def _finish_recording(self, stream: WebStream) -> Recording | None:
         recorder, thread = stream.recorder, stream.recorder_thread
@@ -457,7 +471,12 @@ class LiveHub:
             return None
         stream.recorder = stream.recorder_thread = None
         thread.close()
-        return recorder.finish()
+        try:
+            return recorder.finish()
+        except BaseException:
+            with contextlib.suppress(OSError):  # the folder made for it, when nothing else is in there
+                recorder.output.parent.rmdir()
+            raise
 
     def _forget_unconnected(self) -> None:
         now = time.monotonic()
