@@ -1,6 +1,7 @@
 """The command line (DESIGN.md §7): argument parsing, and the only place that maps errors to exit codes.
 
 Exit codes: 0 done; 1 internal error (a bug); 2 invalid usage or input; 3 a model is unavailable; 4 cancelled.
+`verify` exits 0 when a file's Content Credentials hold (or it has none) and 2 when they are invalid.
 Errors print one line (`error: …`) to stderr, with the traceback only under `--debug`.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -18,10 +20,9 @@ from typing import Any
 
 from engine import consent
 from engine.errors import ConsentRequired, FacestudioError, InvalidJob
-from engine.job import Job, Preset, RuntimeSettings, apply_overrides, load_preset_raw, preset_schema
+from engine.job import Job, Preset, apply_overrides, load_preset_raw, preset_schema
 from engine.models import fetch
-from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest
-from engine.models.runtime import Runtime
+from engine.models.manifest import EXPORTS_FILE
 from engine.processor import FrameProcessor
 from engine.progress import for_terminal
 
@@ -101,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--demo", action="store_true", help="make a demo clip from a bundled photo and process it")
     run.add_argument("--yes", action="store_true", help="acknowledge the responsible-use notice for this run")
     run.add_argument("--overwrite", action="store_true", help="replace the output file if it already exists")
+    run.add_argument("--sign-cert", type=Path, metavar="PEM", help="certificate chain to sign the Content Credentials")
+    run.add_argument("--sign-key", type=Path, metavar="PEM", help="its private key (default: this installation's key)")
     run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     models = sub.add_parser("models", help="list, fetch and verify model files")
@@ -110,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     mfetch = msub.add_parser("fetch", help="download model files (licence shown first)")
     mfetch.add_argument("ids", nargs="*", metavar="ID")
     mfetch.add_argument("--preset", help="fetch what a preset's processors need")
+    mfetch.add_argument(
+        "--trust-first",
+        action="store_true",
+        help="also fetch files no public record gives a sha256 for, and record the sha256 each arrives with",
+    )
     mverify = msub.add_parser("verify", help="check the sha256 of every present model file")
     mverify.add_argument("ids", nargs="*", metavar="ID")
     mexport = msub.add_parser("export", help="export a PyTorch model to ONNX and record its sha256")
@@ -182,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     poptions = psub.add_parser("options", help="every setting: values or range, unit, default, when it applies")
     poptions.add_argument("groups", nargs="*", metavar="GROUP", help="processor ids or faces, video, runtime")
 
+    verify = sub.add_parser("verify", help="check a file's Content Credentials and watermark: who, what, when")
+    verify.add_argument("file", type=Path, metavar="FILE", help="image or video (any tool's) to check")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+
     doctor = sub.add_parser("doctor", help="check this machine: packages, ffmpeg, providers, GPU, folders, models")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (keys: see README)")
     return parser
@@ -206,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "benchmark": cmd_benchmark,
             "doctor": cmd_doctor,
             "live": cmd_live,
+            "verify": cmd_verify,
         }[args.command]
         return handler(args)
     except FacestudioError as exc:
@@ -254,7 +267,7 @@ def require_consent(yes: bool) -> None:
 def job_from_args(args: argparse.Namespace) -> Job:
     """Build the Job exactly as documented: preset (or --job sidecar), then --processors, --set, flags, paths."""
     if args.job is not None:
-        from engine.pipeline import load_sidecar_job
+        from engine.sidecar import load_sidecar_job
 
         raw: dict[str, Any] = load_sidecar_job(args.job)
     else:
@@ -279,7 +292,6 @@ def job_from_args(args: argparse.Namespace) -> Job:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from engine import pipeline
 
     if args.demo:
         if args.target or args.job:
@@ -294,6 +306,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.cluster is None:
         raise UsageError("--workers needs --cluster")
     job = job_from_args(args)
+    from engine.provenance import keys
+
+    # Read (or made) before anything runs: a wrong --sign-key fails at once.
+    signing = keys.resolve(args.sign_cert, args.sign_key)
     for setting in job.ignored_settings():
         print(f"note: {setting} is ignored with these settings", file=sys.stderr)
     require_consent(args.yes)
@@ -308,14 +324,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             # Connected before any model loads: a wrong address or a missing Ray fails at once.
             stack.enter_context(cluster.connect(args.cluster, args.workers))
             renderer = cluster.RayRenderer(args.workers)
-        runtime = Runtime(job.runtime, progress_factory=_download_progress)
-        from processors import build_chain
-
-        progress = for_terminal()
-        chain = build_chain(job, runtime)
-        report = pipeline.run(
-            job, chain, runtime, progress, overwrite=args.overwrite, resume=args.resume, renderer=renderer
-        )
+        report = service().run(
+            job, for_terminal(), overwrite=args.overwrite, downloads=_download_progress, resume=args.resume,
+            renderer=renderer, signing=signing,
+        )  # fmt: skip
     w0, h0 = report.input_size
     w1, h1 = report.output_size
     audio = "audio kept" if report.audio else "no audio"
@@ -327,6 +339,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{report.seconds:.1f} s ({report.fps:.2f} fps), {', '.join(job.processors)} on {report.providers()}"
         f"{faces}, {audio} → {report.output} (+ {report.sidecar.name})"
     )
+    for note in report.notes:
+        print(note)
     if report.segments and report.segments["reused"]:
         reused = report.frames - report.segments["frames_processed"]
         print(f"resumed: {reused} of {report.frames} frames came from the interrupted run, none were recomputed")
@@ -363,137 +377,104 @@ def _download_progress(item: fetch.Downloadable) -> Callable[[int, int | None], 
 
 
 # -- models ---------------------------------------------------------------------------------------------------
+def service() -> Any:
+    """The engine's front-end API (engine/service.py) for this process's registry."""
+    from engine.service import Service
+
+    return Service(registry())
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def cmd_models(args: argparse.Namespace) -> int:
-    runtime = Runtime(RuntimeSettings(), progress_factory=_download_progress)
-    # The runtime's catalogue: the built-in one plus what `models export` recorded.
-    manifest = runtime.manifest
+    catalogue = service().catalogue
     if args.action == "list":
-        return _models_list(manifest, runtime, args.json)
+        return _models_list(catalogue, args.json)
     ids = list(args.ids)
     for model_id in ids:
-        manifest.get(model_id)
+        catalogue.status(model_id)  # an unknown id is refused, naming the known ones
     if args.action == "verify":
-        return _models_verify(manifest, runtime, ids or list(manifest.models))
+        return _models_verify(catalogue, ids)
     if args.action == "export":
-        return _models_export(runtime, ids[0], fp16=args.fp16, offline=args.offline)
+        return _models_export(catalogue, ids[0], fp16=args.fp16, offline=args.offline)
     if getattr(args, "preset", None):
-        return _models_fetch_preset(runtime, args.preset)
+        preset = Preset.parse(load_preset_raw(args.preset), registry())
+        for path in catalogue.ensure_preset(preset, _download_progress, _say):
+            print(f"ok {path}")
+        return 0
     if not ids:
         raise UsageError("name the models to fetch (see `python launch.py models list`) or give --preset")
-    return _models_fetch(manifest, runtime, ids)
-
-
-def _file_status(runtime: Runtime, file: FileSpec) -> str:
-    """The file's state: embedded, present, missing or mismatch (wrong sha256); embedded files are not hashed."""
-    if file.embedded:
-        return "embedded" if file.package_dir() is not None else "missing"
-    return fetch.verify(file, runtime.folders.models).replace("ok", "present")
-
-
-def _models_list(manifest: Manifest, runtime: Runtime, as_json: bool) -> int:
-    rows = []
-    for spec in manifest.models.values():
-        files = [
-            {
-                "file": f.filename,
-                "format": f.format,
-                "status": _file_status(runtime, f),
-                "size": (f.size or 0) + (f.bin_size or 0),
-                "url": f.url,
-                "sha256": f.sha256,
-            }
-            for f in spec.files
-        ]
-        available = any(f["status"] in {"embedded", "present"} for f in files)
-        rows.append(
-            {
-                "id": spec.id,
-                "task": spec.task,
-                "title": spec.title,
-                "licence": spec.licence,
-                "commercial_use": spec.commercial_use,
-                "available": available,
-                "files": files,
-            }
-        )
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    print(f"models folder: {runtime.folders.models}")
-    for row in rows:
-        use = "" if row["commercial_use"] else " [NON-COMMERCIAL]"
-        print(f"{row['id']:<30} {row['task']:<15} {row['licence']}{use} — {row['title']}")
-        for f in row["files"]:
-            print(f"    {f['status']:<9} {f['format']:<5} {f['file']} ({f['size'] / 1e6:.1f} MB)")
+    for path in catalogue.fetch(ids, trust_first=args.trust_first, progress=_download_progress, say=_say):
+        print(f"ok {path}")
     return 0
 
 
-def _models_verify(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
-    bad = 0
-    for model_id in ids:
-        for f in manifest.get(model_id).files:
-            if f.embedded:
-                try:
-                    status = "ok" if runtime.is_present(f) else "missing"
-                except FacestudioError:
-                    status = "mismatch"
-            else:
-                status = fetch.verify(f, runtime.folders.models)
-            bad += status == "mismatch"
-            print(f"{status:<9} {model_id:<30} {runtime.local_path(f)}")
+def _models_list(catalogue: Any, as_json: bool) -> int:
+    rows = catalogue.statuses(verify=True)
+    if as_json:
+        print(json.dumps([_list_row(row) for row in rows], indent=2))
+        return 0
+    print(f"models folder: {catalogue.models_folder()}")
+    for row in rows:
+        use = "" if row.commercial_use else " [NON-COMMERCIAL]"
+        print(f"{row.id:<30} {row.task:<15} {row.licence}{use} — {row.title}")
+        if row.caveat:
+            print(f"    caveat: {row.caveat}")
+        if row.needs:
+            print(f"    needs {', '.join(row.needs)}: {row.chain_licence}")
+        for f in row.files:
+            size = f"{f.size / 1e6:.1f} MB" if f.size else "size not published"
+            pin = {
+                "one record": " — sha256 pinned to ONE public record",
+                "trust-first": f" — no published sha256: `models fetch {row.id} --trust-first` records one",
+                "first download": " — sha256 recorded at its first download here (no public record)",
+            }.get(f.pin, "")
+            print(f"    {f.status:<9} {f.format:<5} {f.file} ({size}){pin}")
+    return 0
+
+
+def _list_row(row: Any) -> dict[str, Any]:
+    """`models list --json`'s object for one model (its keys are a contract: see the README)."""
+    files = [dataclasses.asdict(f) for f in row.files]
+    return {
+        "id": row.id,
+        "task": row.task,
+        "title": row.title,
+        "licence": row.licence,
+        "commercial_use": row.commercial_use,
+        "caveat": row.caveat,
+        "needs": list(row.needs),
+        "chain_commercial_use": row.chain_commercial_use,
+        "chain_licence": row.chain_licence,
+        "available": any(f["status"] in {"embedded", "present"} for f in files),
+        "files": files,
+    }
+
+
+def _models_verify(catalogue: Any, ids: list[str]) -> int:
+    """Every present file of `ids` and each cached conversion of them, checked as a job checks them."""
+    checked = catalogue.verify(ids)
+    for item in checked:
+        print(f"{item.status:<9} {item.model:<30} {item.path}")
+    bad = sum(item.status == "mismatch" for item in checked)
     if bad:
         print(f"error: {bad} file(s) do not match their sha256; delete or replace them", file=sys.stderr)
         return 3
     return 0
 
 
-def _models_export(runtime: Runtime, model_id: str, *, fp16: bool, offline: bool) -> int:
+def _models_export(catalogue: Any, model_id: str, *, fp16: bool, offline: bool) -> int:
     """Export `model_id` to ONNX in the models folder; prints where, its sha256 and the graph's declared I/O."""
-    runtime = Runtime(RuntimeSettings(offline=offline), manifest=runtime.manifest, folders=runtime.folders,
-                      progress_factory=_download_progress)  # fmt: skip
-    print(f"licence: {runtime.manifest.get(model_id).licence_line()}", file=sys.stderr)
-    path, file, io = runtime.export(model_id, fp16=fp16)
+    _say(f"licence: {catalogue.status(model_id).licence_line}")
+    path, file, io = catalogue.export(model_id, fp16=fp16, offline=offline, progress=_download_progress)
     print(f"exported {model_id} → {path} ({(file.size or 0) / 1e6:.1f} MB, {file.precision}, sha256 {file.sha256})")
     for kind in ("inputs", "outputs"):
         for value in io[kind]:
             shape = "×".join(str(d) for d in value["shape"])  # type: ignore[union-attr]
             print(f"  {kind[:-1]:<6} {value['name']}: {value['type']} {shape}")
-    print(f"recorded in {runtime.folders.models / EXPORTS_FILE}; --backend onnx now loads it")
-    return 0
-
-
-def _models_fetch_preset(runtime: Runtime, preset_name: str) -> int:
-    """Fetch what a preset's chain needs to run on its backend: nothing when embedded files serve it."""
-    preset = Preset.parse(load_preset_raw(preset_name), registry())
-    runtime = Runtime(preset.runtime, manifest=runtime.manifest, folders=runtime.folders,
-                      progress_factory=_download_progress)  # fmt: skip
-    ids = [m for p in preset.processors for m in registry()[p].model_ids(preset.options[p])]
-    if preset.faces.analyser == "buffalo_l" and any(registry()[p].needs_faces for p in preset.processors):
-        from engine.faces.buffalo import DETECTOR, RECOGNISER
-
-        ids += [m for m in (DETECTOR, RECOGNISER) if m not in ids]
-    for model_id in ids:
-        print(f"licence: {runtime.manifest.get(model_id).licence_line()}", file=sys.stderr)
-    for file in runtime.ensure(ids):
-        print(f"ok {runtime.local_path(file)}")
-    return 0
-
-
-def _models_fetch(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
-    """Download the named models: for an embedded model its official original files; otherwise the one file
-    the default backend would load (not every alternative variant)."""
-    items = []
-    for model_id in ids:
-        spec = manifest.get(model_id)
-        # The licence is shown before any byte is downloaded.
-        print(f"licence: {spec.licence_line()}", file=sys.stderr)
-        if spec.embedded:
-            items += [f for f in spec.files if not f.embedded]
-        else:
-            items.append(runtime.choose_file(spec, runtime.backend_for(None)))
-    paths = fetch.ensure(items, runtime.folders.models, offline=False, progress_factory=_download_progress)
-    for path in paths:
-        print(f"ok {path}")
+    print(f"recorded in {path.parent / EXPORTS_FILE}; --backend onnx now loads it")
     return 0
 
 
@@ -667,7 +648,7 @@ def settings_help(groups: Sequence[str] = ()) -> str:
     unknown = [g for g in groups if g not in models]
     if unknown:
         raise UsageError(f"unknown settings group {', '.join(unknown)}; valid: {', '.join(models)}")
-    manifest = Manifest.load()
+    manifest = service().manifest()
     lines = []
     for group in groups or models:
         title = registry()[group].title if group in registry() else group
@@ -675,6 +656,16 @@ def settings_help(groups: Sequence[str] = ()) -> str:
         for option in describe(models[group], model_choices=lambda task: [m.id for m in manifest.for_task(task)]):
             lines.append(f"  {group}.{option.name}  {option.help_line()}")
     return "\n".join(lines)
+
+
+# -- verify ---------------------------------------------------------------------------------------------------
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when the file's credentials hold or it has none, 2 when they are invalid (tampered or damaged)."""
+    from engine.provenance import verify
+
+    report = verify.inspect(args.file)
+    print(report.to_json() if args.json else verify.render(report))
+    return verify.exit_code(report)
 
 
 # -- doctor ---------------------------------------------------------------------------------------------------
@@ -699,10 +690,5 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _default_job_models() -> list[str]:
     """The manifest ids the default preset loads: its processors' models, and its face analyser's when a processor
     needs faces."""
-    from engine.faces.stage import analyser_model_ids
-
     preset = Preset.parse(load_preset_raw("default"), registry())
-    ids = [m for p in preset.processors for m in registry()[p].model_ids(preset.options[p])]
-    if any(registry()[p].needs_faces for p in preset.processors):
-        ids += analyser_model_ids(preset.faces)
-    return list(dict.fromkeys(ids))
+    return list(dict.fromkeys(model_id for model_id, _ in service().catalogue.for_preset(preset)))

@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import demo, pipeline, video
+from engine import demo, media, pipeline
 from engine.errors import InvalidInput
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor
+from engine.render import face_stage
+from engine.sidecar import synthetic_metadata
 from engine.types import Frame
 
 RESOLUTIONS = {"180p": (320, 180), "360p": (640, 360), "720p": (1280, 720), "1080p": (1920, 1080)}
@@ -136,8 +138,8 @@ def run(
         )
         runtime = Runtime(job.runtime)
         chain = build_chain(job, runtime)
-        info = video.probe(target)
-        with video.FrameReader(target, info) as reader:
+        info = media.probe(target)
+        with media.FrameReader(target, info) as reader:
             first = next(iter(reader))
         # Warm-up: loads every model and lets the backends pick their kernels before any clock starts.
         pipeline.process_frame(chain, first, _warm_context(job, chain, runtime, info, first))
@@ -177,10 +179,10 @@ def run(
 
 
 def _warm_context(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: Any, frame: Frame) -> FrameContext:
-    faces = pipeline.face_stage(job, chain, runtime, info, video.select(info))
+    faces = face_stage(job, chain, runtime, info, media.select(info))
     if faces is None:
-        return FrameContext(index=0)
-    ((_, ctx),) = list(faces.annotate([frame]))
+        return FrameContext(index=0, time=0.0)
+    ((_, ctx),) = list(faces.annotate([frame], times=media.select(info).times))
     return ctx
 
 
@@ -190,7 +192,7 @@ def _stages(
     """Each stage alone on the first STAGE_SAMPLE frames: (stages, floor seconds, frames measured, floor seconds
     of the same model work one frame per call, seconds of the job's one-off model work)."""
     decode: list[float] = []
-    with video.FrameReader(job.target, info) as reader:
+    with media.FrameReader(job.target, info) as reader:
         frames = []
         for frame in _timed(iter(reader), decode):
             frames.append(frame)
@@ -198,15 +200,16 @@ def _stages(
                 break
     stages = [Stage("decode", decode)]
     start = time.perf_counter()
-    faces = pipeline.face_stage(job, chain, runtime, info, video.select(info))
+    span = media.select(info)
+    faces = face_stage(job, chain, runtime, info, span)
     setup = time.perf_counter() - start
     if faces is not None:
         analysis: list[float] = []
-        ctxs = [ctx for _, ctx in _timed(faces.annotate(frames), analysis)]
+        ctxs = [ctx for _, ctx in _timed(faces.annotate(frames, times=span.times), analysis)]
         stages.append(Stage("faces", analysis))
     else:
         analysis = []
-        ctxs = [FrameContext(index=i) for i in range(len(frames))]
+        ctxs = [FrameContext(index=i, time=float(span.times.seconds(i))) for i in range(len(frames))]
     floor = single = sum(analysis) / 1000
     current = frames
     last_face_processor = next((p for p in reversed(chain) if p.needs_faces), None)
@@ -239,13 +242,12 @@ def _stages(
         current = produced
     encode: list[float] = []
     height, width = current[0].shape[:2]
-    with video.FrameWriter(
+    with media.FrameWriter(
         Path(tmp, "encode.mp4"),
         width,
         height,
-        info.fps_rational,
-        audio_from=None,
-        metadata=pipeline.synthetic_metadata(job),
+        span.output_times(),
+        metadata=synthetic_metadata(job),
         crf=job.video.crf,
         preset=job.video.preset,
         encoder=job.video.encoder,

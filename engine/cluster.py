@@ -4,7 +4,7 @@ being rendered in order in this process.
 
 Each actor (one GPU each where the cluster has GPUs, else one CPU) parses the job from its raw dict against the
 processor registry and builds its Runtime and chain once, in `__init__`, then renders any segment it is given
-(`pipeline.render_alone`: it decodes the target from the segment's first frame, so face tracking restarts at every
+(`engine.render.render_alone`: it decodes the target from the segment's first frame, so face tracking restarts at every
 segment). It writes the segment into the job folder, which must therefore be on a volume every node mounts at the
 same path (`FACESTUDIO_JOBS`), like the target, the sources and the output; a worker that cannot see them refuses
 with InvalidInput. The driver (this process) moves each finished segment into place and records it in the job's
@@ -31,10 +31,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from engine import jobdir, pipeline, segments, video
+from engine import jobdir, segments
 from engine.errors import ClusterUnavailable, FacestudioError, InvalidInput, SegmentFailed
+from engine.media import MediaInfo, Span
 from engine.progress import Progress
+from engine.render import SegmentResult, VideoRender, render_alone, segment_render
 from engine.segments import Segment
+from engine.sidecar import absolute_raw
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +132,12 @@ class SegmentWorker:
     actor by `RayRenderer`; plain Python otherwise."""
 
     def __init__(
-        self, raw: dict[str, Any], info: video.MediaInfo, span: video.Span, size: tuple[int, int], target_size: int
+        self, raw: dict[str, Any], info: MediaInfo, span: Span, size: tuple[int, int], target_size: int
     ) -> None:
-        """raw: the job (`pipeline.absolute_raw`); info, span: the target's probe and the job's span; size: output
+        """raw: the job (`sidecar.absolute_raw`); info, span: the target's probe and the job's span; size: output
         frame size in pixels; target_size: the target's bytes as the driver sees it. An error here is kept and
         raised by `render`, so that it reaches the driver as its own type rather than as a dead actor."""
-        self.render_with: pipeline.VideoRender | None = None
+        self.render_with: VideoRender | None = None
         self.error: BaseException | None = None
         try:
             _check_inputs(raw, target_size)
@@ -145,11 +148,11 @@ class SegmentWorker:
             job = Job.parse(raw, REGISTRY)
             runtime = Runtime(job.runtime)
             chain = build_chain(job, runtime)
-            self.render_with = pipeline.segment_render(job, chain, runtime, info, span, size)
+            self.render_with = segment_render(job, chain, runtime, info, span, size)
         except Exception as exc:  # raised by the first `render`, typed as it was
             self.error = exc
 
-    def render(self, segment: Segment, last: bool, path: str) -> tuple[pipeline.SegmentResult, str]:
+    def render(self, segment: Segment, last: bool, path: str) -> tuple[SegmentResult, str]:
         """Render `segment` (`last`: the plan's last) into `path`, a file in the shared job folder; returns what
         it made and this worker's `host:pid`."""
         crash = os.environ.get(CRASH_ONCE_ENV)
@@ -166,13 +169,13 @@ class SegmentWorker:
         out = Path(path)
         if not out.parent.is_dir():
             raise _unreadable(out.parent.parent, "job folder")
-        result = pipeline.render_alone(self.render_with, segment, last, out)
+        result = render_alone(self.render_with, segment, last, out)
         return result, f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass
 class RayRenderer:
-    """A `pipeline.SegmentRenderer` that renders the missing segments on Ray actors (see the module docstring).
+    """An `engine.render.SegmentRenderer` that renders the missing segments on Ray actors (see the module docstring).
 
     workers: actors to start (default: one per GPU of the cluster, or one per CPU when it has none), never more
     than there are segments to render. Needs a connection (`connect`).
@@ -183,7 +186,7 @@ class RayRenderer:
 
     def __call__(
         self,
-        render: pipeline.VideoRender,
+        render: VideoRender,
         folder: jobdir.JobFolder,
         plan: segments.Plan,
         todo: Sequence[Segment],
@@ -197,7 +200,7 @@ class RayRenderer:
         count = max(1, min(self.workers or gpus or int(resources.get("CPU", 1)), len(todo)))
         actor_class = ray.remote(SegmentWorker).options(**({"num_gpus": 1} if gpus else {"num_cpus": 1}))
         args = (
-            pipeline.absolute_raw(render.job),
+            absolute_raw(render.job),
             render.info,
             render.span,
             render.size,
@@ -260,10 +263,10 @@ class RayRenderer:
         folder: jobdir.JobFolder,
         segment: Segment,
         path: Path,
-        result: pipeline.SegmentResult,
+        result: SegmentResult,
         worker: str,
         attempts: int,
-        render: pipeline.VideoRender,
+        render: VideoRender,
     ) -> None:
         """Move a worker's segment into place and record it; its identity QA joins the driver's."""
         if not path.is_file():

@@ -14,8 +14,8 @@ NOTICE_VERSION = 1
 NOTICE = (
     "facestudio changes faces in images and video. Use it only on media you have the right to edit and only with "
     "the consent of the people shown; never to deceive, harass, defraud or impersonate. Every output is tagged "
-    "as synthetic (container metadata and a .job.json sidecar). Some models are licensed for non-commercial use "
-    "only; their licence is shown before download."
+    "as synthetic (signed Content Credentials, container metadata and a .job.json sidecar). Some models are "
+    "licensed for non-commercial use only; their licence is shown before download."
 )
 
 ENV_ACCEPT = "FACESTUDIO_ACCEPT"

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import tempfile
 import wave
+from fractions import Fraction
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from engine import video
+from engine import media
 from engine.types import Frame
 
 
@@ -73,7 +74,8 @@ def make_clip(path: Path, width: int = 320, height: int = 180, count: int = 60, 
     with tempfile.TemporaryDirectory(prefix="facestudio-demo-") as tmp:
         tone = Path(tmp) / "tone.wav"
         write_tone(tone, count / fps)
-        with video.FrameWriter(path, width, height, f"{fps}/1", audio_from=tone, metadata={}) as writer:
+        audio = media.Audio(tone, None, Fraction(0), None, cut=False)
+        with media.FrameWriter(path, width, height, media.FrameTimes.constant(Fraction(fps)), audio) as writer:
             for frame in frames(width, height, count):
                 writer.write(frame)
     return path

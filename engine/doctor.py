@@ -33,6 +33,7 @@ from engine.errors import FacestudioError
 from engine.memory import importable
 
 if TYPE_CHECKING:
+    from engine.models.manifest import FileSpec, ModelSpec
     from engine.models.runtime import Folders, Runtime
 
 log = logging.getLogger(__name__)
@@ -198,16 +199,16 @@ def check_ffmpeg() -> Result:
     Encoders: `built` says ffmpeg lists it; `works` is the result of encoding one frame for the hardware encoders
     (NVENC) when a GPU is visible, None when not tried. facestudio writes libx264 (default) or libx265.
     """
-    from engine import video
+    from engine import media
 
     try:
-        ffmpeg = video.find_ffmpeg()
+        ffmpeg = media.find_ffmpeg()
     except FacestudioError as exc:
         data = {"ffmpeg": None, "ffmpeg_version": None, "ffprobe": None, "ffprobe_version": None, "encoders": []}
         fix = "install FFmpeg 5.1 or newer (e.g. apt install ffmpeg), or pip install imageio-ffmpeg"
         return data, [Problem("ffmpeg", "error", str(exc), fix)]
-    ffprobe = video.find_ffprobe(ffmpeg)
-    built = video.available_encoders(ffmpeg)
+    ffprobe = media.find_ffprobe(ffmpeg)
+    built = media.available_encoders(ffmpeg)
     encoders = []
     for name in ENCODERS:
         works, error = None, None
@@ -243,7 +244,7 @@ def check_ffmpeg() -> Result:
 # -- ONNX Runtime -----------------------------------------------------------------------------------------------
 def available_providers() -> list[str]:
     """The execution providers this ONNX Runtime build lists (listed is not loaded: see `load_provider`)."""
-    import onnxruntime as ort
+    from engine.backends.onnx import ort
 
     return list(ort.get_available_providers())
 
@@ -256,8 +257,9 @@ def load_provider(name: str) -> tuple[str, str | None]:
     Raises whatever ONNX Runtime raises when even the fallback fails.
     """
     import numpy as np
-    import onnxruntime as ort
     from onnx import TensorProto, helper
+
+    from engine.backends.onnx import ort
 
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],
@@ -292,7 +294,7 @@ def check_onnxruntime() -> Result:
     for it got it; `got` is the provider it got instead; `error` says why not."""
     if not importable("onnxruntime"):
         return {"version": None, "providers": []}, []  # the packages check says what is missing
-    import onnxruntime as ort
+    from engine.backends.onnx import ort
 
     rows = []
     for name in available_providers():
@@ -479,12 +481,15 @@ def check_folders(folders: Folders) -> Result:
 def check_models(runtime: Runtime, default_models: Collection[str]) -> Result:
     """Each model of the catalogue and each of its files, hashed: `present-verified` (a download or export with
     the manifest's sha256), `embedded` (inside an installed package, sha256 checked), `tampered` (another
-    sha256: left in place), `missing`. A model's status is its best file's (`tampered` first: it needs action).
-    `needed` marks the models the default job loads; one of them missing is an error."""
+    sha256: left in place), `missing`; and each cached conversion of a file, checked as a job checks it
+    (`Runtime.check_conversion`): `present-verified`, `tampered` (refused by a job: an error), `unrecorded` (no
+    record this installation signed: a job makes it again; a warning). A model's status is its best file's
+    (`tampered` first: it needs action). `needed` marks the models the default job loads; one of them missing is
+    an error."""
     from engine.errors import ChecksumMismatch
 
     rows, problems = [], []
-    order = ("tampered", "present-verified", "embedded", "missing")
+    order = ("tampered", "present-verified", "embedded", "unrecorded", "missing")
     for spec in runtime.manifest.models.values():
         files = []
         for file in spec.files:
@@ -502,6 +507,7 @@ def check_models(runtime: Runtime, default_models: Collection[str]) -> Result:
                 )
                 problems.append(Problem("models", "error", str(exc), fix))
             files.append({"file": file.filename, "format": file.format, "status": status, "path": str(path)})
+            files += _conversion(runtime, spec, file, problems)
         status = min((f["status"] for f in files), key=order.index)
         needed = spec.id in default_models
         rows.append({"id": spec.id, "task": spec.task, "status": status, "needed": needed, "files": files})
@@ -513,6 +519,24 @@ def check_models(runtime: Runtime, default_models: Collection[str]) -> Result:
             )
             problems.append(Problem("models", "error", f"{spec.id}, which the default job needs, is missing", fix))
     return rows, problems
+
+
+def _conversion(runtime: Runtime, spec: ModelSpec, file: FileSpec, problems: list[Problem]) -> list[dict[str, Any]]:
+    """The row of `file`'s cached ONNX conversion, when the cache holds one, and its problem if it has one."""
+    status = runtime.check_conversion(spec, file)
+    if status is None:
+        return []
+    path = runtime.conversion_path(spec, file)
+    if status == "tampered":
+        problems.append(Problem("models", "error", f"the cached conversion {path} of {file.filename} was changed "
+                                "after it was made (its sha256 no longer matches its record)",
+                                f"delete {path}; it is rebuilt from the verified {file.filename}"))  # fmt: skip
+    elif status == "unrecorded":
+        problems.append(Problem("models", "warning", f"the cached conversion {path} of {file.filename} has no record "
+                                "this installation signed (changed, or made elsewhere); the next job rebuilds it",
+                                f"nothing to do, or delete {path} to rebuild it now"))  # fmt: skip
+    shown = {"ok": "present-verified"}.get(status, status)
+    return [{"file": path.name, "format": "onnx (cached conversion)", "status": shown, "path": str(path)}]
 
 
 # -- the whole report -------------------------------------------------------------------------------------------

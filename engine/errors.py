@@ -5,6 +5,8 @@ The engine never exits the process: it raises one of these, and `cli.py` decides
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class FacestudioError(Exception):
     """Base of every foreseeable error. `exit_code` is what the CLI exits with (DESIGN.md §7)."""
@@ -52,6 +54,10 @@ class ChecksumMismatch(ModelUnavailable):
     """A downloaded or placed model file does not have the manifest's sha256 (exit 3)."""
 
 
+class ModelSignatureMismatch(ModelUnavailable):
+    """A downloaded graph's inputs or outputs differ from what its manifest entry declares (exit 3)."""
+
+
 class UnsafeWeights(ModelUnavailable):
     """A weights file holds pickled Python objects besides tensors (code could run on load); refused (exit 3)."""
 
@@ -85,6 +91,14 @@ class MediaError(FacestudioError):
 
 class InsufficientDiskSpace(InvalidInput):
     """The disks that would hold a job's segments and output have too little free space for it (exit 2)."""
+
+
+class DiskFull(InsufficientDiskSpace):
+    """A disk filled up (or went over its quota) while a file was being written to `folder` (exit 2)."""
+
+    def __init__(self, message: str, folder: Path) -> None:
+        super().__init__(message)
+        self.folder = folder
 
 
 class ClusterUnavailable(FacestudioError):

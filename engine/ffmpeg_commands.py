@@ -1,22 +1,28 @@
 """ffmpeg and ffprobe command lines, as pure functions returning argument lists.
 
-Nothing here runs a process or touches the filesystem: `engine/video.py` runs these lists, and
+Nothing here runs a process or touches the filesystem: `engine/media/` runs these lists, and
 `tests/test_ffmpeg_commands.py` pins them with exact list equality. Every list starts with the executable
 path it was given, so the same functions serve a system ffmpeg and the one bundled with imageio-ffmpeg.
 
 Conventions shared by all commands:
+- Every file path is passed as a `file:` URL (`file_url`): a path that starts with `-` is never read as an option,
+  and one that looks like a protocol (`concat:a|b`, `http:x`) is never opened as one.
 - The video stream is selected with the specifier `V:0`: the first video stream that is not an attached
   picture (cover art), so an audio file with artwork is never mistaken for a video.
 - Frame timing is passed through (`-fps_mode passthrough`): `-vsync` is not used because FFmpeg 9 removed it,
   and any constant-rate mode would drop or duplicate frames of variable-rate input. A job that asks for another
   rate gets it from the `fps` filter at decode, where which frame fills each output slot is defined exactly.
-- Raw frames cross pipes as `rgb24`: H×W×3 uint8 RGB, row-major, no padding, the layout of a `Frame`.
+- Raw frames cross pipes as `rgb24`: H×W×3 uint8 RGB, row-major, no padding, the layout of a `Frame`. Their
+  times do not cross the pipe: a decoder gives each frame once in presentation order (the probe knows their
+  times), and an encoder is told every frame's time by a `setpts` expression in a time base of its own
+  (`VideoTiming`), so variable-rate input stays variable-rate and a GIF keeps its delays.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -24,6 +30,12 @@ from engine.errors import InvalidInput
 
 # Output extension -> ffmpeg muxer. Only containers that can hold H.264 and HEVC are offered: WebM, for one, cannot.
 MUXERS: Mapping[str, str] = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"}
+# An animated GIF output: its segments are encoded losslessly (INTERMEDIATE_ENCODER) and only the join makes GIF.
+GIF_SUFFIX = ".gif"
+# GIF frame delays are whole hundredths of a second.
+GIF_TIME_BASE = "1/100"
+# Every extension a video target can be written to.
+VIDEO_SUFFIXES = (*MUXERS, GIF_SUFFIX)
 
 # Audio codecs (ffmpeg codec names) each muxer stores as they are; anything else is re-encoded to AAC.
 _LOSSY_AUDIO = frozenset({"aac", "mp3", "ac3", "eac3"})
@@ -41,15 +53,57 @@ X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium"
 
 # Video encoders a job can choose; libx265 takes the same crf scale and preset names as libx264.
 VIDEO_ENCODERS = ("libx264", "libx265")
+# Lossless RGB H.264 for segments that are only an intermediate (of a GIF output): no colour conversion, no loss.
+INTERMEDIATE_ENCODER = "libx264rgb"
+# The largest width and height each encoder accepts: x264's 16384; x265 is bounded by the MP4/MOV headers'
+# 16-bit size fields; a GIF by its lossless x264 segments.
+MAX_SIDE: Mapping[str, int] = {"libx264": 16384, "libx264rgb": 16384, "libx265": 65535, "gif": 16384}
 # libx265 refuses smaller frames ("Image size is too small").
 _X265_MIN_SIZE = 16
 
 _RATIONAL = re.compile(r"^[1-9][0-9]*(/[1-9][0-9]*)?$")
 
 
+def file_url(path: Path) -> str:
+    """`path` as ffmpeg's `file:` URL: read as a file whatever its name (`-x.mp4`, `concat:a|b`, `a:b.mp4`)."""
+    return f"file:{path}"
+
+
+@dataclass(frozen=True)
+class Audio:
+    """The audio to mux: the first audio stream of `path` (`codec`: its ffmpeg codec name, None when unknown).
+
+    start, end: seconds on that file's own timeline (its demuxer's timestamps, the ones the video's
+    `MediaInfo.start_time` is on) where the output's audio begins and ends (end exclusive; None = to the end of
+    the audio). Output time 0 is `start`, so audio that starts later than that keeps its delay.
+    cut: decode and re-encode to AAC, trimmed sample-accurately to [start, end); otherwise the packets are copied
+    (or re-encoded, when the container cannot hold the codec) with their times shifted by -start.
+    """
+
+    path: Path
+    codec: str | None
+    start: Fraction
+    end: Fraction | None
+    cut: bool
+
+
+@dataclass(frozen=True)
+class VideoTiming:
+    """How an encoder times the frames it reads: `rate` (frames/s, exact rational string) is what the raw input is
+    declared at; `time_base` ("1/12800") the encoder's ticks; `setpts` an expression of the frame number N giving
+    each frame's time in those ticks (`FrameTimes.setpts`); `script`: read the filter graph from this file
+    instead of the command line (an expression too long for one argument), with the option FFmpeg `major` has."""
+
+    rate: str
+    time_base: str
+    setpts: str
+    script: Path | None = None
+    major: int = 7
+
+
 def ffprobe_header_args(ffprobe: str, path: Path) -> list[str]:
     """ffprobe printing the container and every stream as JSON (`format`, `streams`), without reading packets."""
-    return [ffprobe, "-v", "error", "-print_format", "json", "-show_format", "-show_streams", str(path)]
+    return [ffprobe, "-v", "error", "-print_format", "json", "-show_format", "-show_streams", file_url(path)]
 
 
 def ffprobe_probe_args(ffprobe: str, path: Path) -> list[str]:
@@ -58,11 +112,12 @@ def ffprobe_probe_args(ffprobe: str, path: Path) -> list[str]:
     Each packet carries `stream_index`, `pts`, `duration` (in its stream's `time_base`) and `flags` (`D` marks
     a packet the demuxer asks decoders to discard, e.g. before an edit list's start). Counting the packets
     of the video stream that are not discarded gives the exact frame count, and their timestamps give the
-    exact duration and whether the frame rate varies. Compact JSON keeps one packet per line.
+    exact duration and whether the frame rate varies. Compact JSON keeps one packet per line. Streams carry
+    `start_time`, so the audio's start can be compared with the first frame's.
     """
     return [
         ffprobe, "-v", "error", "-print_format", "json=compact=1", "-show_format", "-show_streams",
-        "-show_entries", "packet=stream_index,pts,duration,flags", str(path),
+        "-show_entries", "packet=stream_index,pts,duration,flags", file_url(path),
     ]  # fmt: skip
 
 
@@ -71,20 +126,22 @@ def ffmpeg_header_args(ffmpeg: str, path: Path) -> list[str]:
 
     Used where ffprobe is absent, to read stream details and container tags.
     """
-    return [ffmpeg, "-nostdin", "-hide_banner", "-i", str(path)]
+    return [ffmpeg, "-nostdin", "-hide_banner", "-i", file_url(path)]
 
 
 def ffmpeg_count_args(ffmpeg: str, path: Path) -> list[str]:
-    """ffmpeg copying the first video stream's packets, undecoded, to the `framecrc` muxer on stdout.
+    """ffmpeg copying the first video stream's packets (stream 0 of the output), undecoded, and those of the first
+    audio stream if there is one (stream 1), to the `framecrc` muxer on stdout.
 
     Stdout gets one line per packet (`stream, dts, pts, duration, size, crc[, F=flags]`, after `#tb` and other
     `#` header lines); stderr gets the same stream description as `ffmpeg_header_args`. This is the
-    ffprobe-free way to count packets and read their timestamps exactly. `-copyinkf` keeps packets before the
-    first keyframe, which stream copy would otherwise drop and ffprobe would count.
+    ffprobe-free way to count packets and read their timestamps exactly (shifted by the container's start time,
+    which the header says). `-copyinkf` keeps packets before the first keyframe, which stream copy would
+    otherwise drop and ffprobe would count.
     """
     return [
-        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-i", str(path),
-        "-map", "0:V:0", "-c", "copy", "-copyinkf", "-f", "framecrc", "pipe:1",
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-i", file_url(path),
+        "-map", "0:V:0", "-map", "0:a:0?", "-c", "copy", "-copyinkf", "-f", "framecrc", "pipe:1",
     ]  # fmt: skip
 
 
@@ -108,6 +165,7 @@ def decode_args(
     end_pts: int | None = None,
     fps_rational: str | None = None,
     max_frames: int | None = None,
+    major: int = 7,
 ) -> list[str]:
     """ffmpeg decoding the first video stream of `path` to raw rgb24 frames on stdout.
 
@@ -122,6 +180,9 @@ def decode_args(
         start_pts + k / rate and shows the last kept frame that started at or before it (the first kept frame for
         a slot before it). Slots run until the input ends; end a shorter span with max_frames, not end_pts.
     max_frames: stop after this many output frames (the span's frame count, so ffmpeg stops decoding there).
+    major: the FFmpeg major version. The raw frames are timed in the input's own time base (`-enc_time_base`,
+        spelt `demux` from FFmpeg 7, `-1` before): in the default, 1 / the guessed frame rate, two frames of a
+        variable-rate video can fall on one tick, which ffmpeg reports as an error.
     """
     if start_pts < 0:
         raise ValueError(f"start_pts must be ≥ 0, got {start_pts}")
@@ -146,10 +207,10 @@ def decode_args(
         # round=up maps a frame to the first slot at or after its start, so a slot shows the frame on screen at
         # its time (sample and hold); start_time=0 puts slot 0 at the span's start.
         filters.append(f"fps=fps={fps_rational}:start_time=0:round=up")
-    args = [ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", str(path), "-map", "0:V:0"]
+    args = [ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", file_url(path), "-map", "0:V:0"]
     if filters:
         args += ["-vf", ",".join(filters)]
-    args += ["-fps_mode", "passthrough"]
+    args += ["-fps_mode", "passthrough", "-enc_time_base", "demux" if major >= 7 else "-1"]
     if max_frames is not None:
         args += ["-frames:v", str(max_frames)]
     return [*args, "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
@@ -165,11 +226,11 @@ def muxer_for(output: Path) -> str:
     return muxer
 
 
-def seconds_arg(seconds: float) -> str:
+def seconds_arg(seconds: float | Fraction) -> str:
     """A time for ffmpeg options (`-ss`, `-t`): decimal seconds to the microsecond, ffmpeg's own resolution."""
     if seconds < 0:
         raise ValueError(f"a time must be ≥ 0 s, got {seconds}")
-    return f"{seconds:.6f}".rstrip("0").rstrip(".")
+    return f"{float(seconds):.6f}".rstrip("0").rstrip(".")
 
 
 def audio_codec_args(muxer: str, audio_codec: str | None) -> list[str]:
@@ -199,6 +260,8 @@ def metadata_args(muxer: str, metadata: Mapping[str, str]) -> list[str]:
 def video_codec_args(muxer: str, encoder: str, crf: int, preset: str) -> list[str]:
     """`-c:v` and its quality settings. libx265 logs only errors (its own info lines would otherwise fill stderr,
     which is kept for error messages) and is tagged `hvc1` in MP4/MOV, the tag Apple players require for HEVC."""
+    if encoder == INTERMEDIATE_ENCODER:
+        return ["-c:v", encoder, "-preset", preset, "-qp", "0"]
     args = ["-c:v", encoder, "-preset", preset, "-crf", str(crf)]
     if encoder == "libx265":
         args += ["-x265-params", "log-level=error"]
@@ -212,108 +275,130 @@ def encode_args(
     output: Path,
     width: int,
     height: int,
-    fps_rational: str,
-    audio_from: Path | None,
-    audio_codec: str | None,
+    timing: VideoTiming,
+    audio: Audio | None,
     metadata: Mapping[str, str],
     crf: int = 18,
     preset: str = "medium",
     encoder: str = "libx264",
-    audio_start: float = 0.0,
-    audio_end: float | None = None,
 ) -> list[str]:
-    """ffmpeg encoding raw rgb24 frames read from stdin to H.264 or HEVC yuv420p in `output`, with audio from
-    `audio_from`.
+    """ffmpeg encoding raw rgb24 frames read from stdin to H.264 or HEVC yuv420p in `output` (or, with the
+    INTERMEDIATE_ENCODER, to lossless RGB H.264), with audio from `audio`.
 
-    width, height: frame size in pixels; both must be even (yuv420p halves the chroma planes), and at least
-        16 for libx265.
-    fps_rational: the frame rate as an exact rational string ("30000/1001", "25"), given to `-r` so that
-        frame timing carries no rounding; every frame written is encoded once.
-    audio_from: file whose first audio stream, if it has one (`-map 1:a:0?`), is muxed in; None for no audio.
-    audio_codec: ffmpeg codec name of that audio stream, deciding copy or AAC (`audio_codec_args`).
+    width, height: frame size in pixels; for yuv420p both must be even (it halves the chroma planes), and at
+        least 16 for libx265.
+    timing: when each frame is shown (`VideoTiming`): the frames are retimed to it by `settb` and `setpts` and
+        encoded with that time base, every frame once (`-fps_mode passthrough`), so variable frame rates are kept.
+    audio: the audio to mux (`Audio`; None for no audio), copied when the container can hold its codec and it
+        needs no cut, else re-encoded to AAC.
     metadata: container tags (`metadata_args`).
     crf: constant rate factor, 0–51 (lower is better; for x264 18 is visually lossless and 0 lossless).
     preset: an x264/x265 preset, `ultrafast` … `veryslow`.
-    encoder: one of VIDEO_ENCODERS.
-    audio_start, audio_end: the part of `audio_from` to keep, in seconds of its timeline (end exclusive; None =
-        to its end). The cut is sample-accurate: the audio is decoded from `audio_start` (`-ss` before `-i`) and
-        re-encoded to AAC, since a copied stream can only be cut at packet boundaries.
+    encoder: one of VIDEO_ENCODERS, or INTERMEDIATE_ENCODER.
 
     The RGB frames are converted to limited-range BT.709 YUV and tagged as such, the colour space players
     assume for untagged HD video, so colours are not shifted on playback.
     """
-    if width < 2 or height < 2 or width % 2 or height % 2:
+    rgb = encoder == INTERMEDIATE_ENCODER
+    if width < 1 or height < 1 or (not rgb and (width < 2 or height < 2 or width % 2 or height % 2)):
         raise ValueError(f"yuv420p needs an even frame size of at least 2×2, got {width}×{height}")
-    if not _RATIONAL.match(fps_rational):
-        raise ValueError(f"fps_rational must be a positive rational like '30000/1001', got {fps_rational!r}")
+    if not _RATIONAL.match(timing.rate):
+        raise ValueError(f"the rate must be a positive rational like '30000/1001', got {timing.rate!r}")
     if not 0 <= crf <= 51:
         raise ValueError(f"crf must be in 0–51, got {crf}")
     if preset not in X264_PRESETS:
         raise ValueError(f"preset must be one of {', '.join(X264_PRESETS)}, got {preset!r}")
-    if encoder not in VIDEO_ENCODERS:
+    if encoder not in (*VIDEO_ENCODERS, INTERMEDIATE_ENCODER):
         raise ValueError(f"encoder must be one of {', '.join(VIDEO_ENCODERS)}, got {encoder!r}")
     if encoder == "libx265" and min(width, height) < _X265_MIN_SIZE:
         least = f"{_X265_MIN_SIZE}×{_X265_MIN_SIZE}"
         raise ValueError(f"libx265 needs a frame size of at least {least}, got {width}×{height}")
-    if audio_end is not None and audio_end <= audio_start:
-        raise ValueError(f"audio_end must be after audio_start ({audio_start} s), got {audio_end} s")
     muxer = muxer_for(output)
     args = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
-        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", fps_rational, "-i", "pipe:0",
+        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", timing.rate, "-i", "pipe:0",
     ]  # fmt: skip
-    args += _audio_input_args(audio_from, audio_start, audio_end)
-    args += ["-map", "0:v:0", *_audio_map_args(muxer, audio_from, audio_codec, audio_start, audio_end)]
-    args += [
-        "-vf", "scale=out_color_matrix=bt709:out_range=tv,format=yuv420p",
-        *video_codec_args(muxer, encoder, crf, preset), "-pix_fmt", "yuv420p",
-        "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
-        *metadata_args(muxer, metadata),
-        "-f", muxer, str(output),
-    ]  # fmt: skip
-    return args
+    args += _audio_input_args(audio)
+    args += ["-map", "0:v:0", *_audio_map_args(muxer, audio)]
+    args += _filter_args(encode_filter(timing, rgb), timing)
+    args += ["-fps_mode", "passthrough", "-enc_time_base", timing.time_base]
+    if rgb:
+        args += [*video_codec_args(muxer, encoder, crf, preset), "-pix_fmt", "rgb24"]
+    else:
+        args += [
+            *video_codec_args(muxer, encoder, crf, preset), "-pix_fmt", "yuv420p",
+            "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
+        ]  # fmt: skip
+    return [*args, *metadata_args(muxer, metadata), "-f", muxer, file_url(output)]
 
 
-def _audio_input_args(audio_from: Path | None, audio_start: float, audio_end: float | None) -> list[str]:
-    """The second input (`1`): the part [audio_start, audio_end) of `audio_from`, seeked on input."""
-    if audio_from is None:
+def encode_filter(timing: VideoTiming, rgb: bool = False) -> str:
+    """The encoder's video filter graph: frames retimed to `timing`, then (unless `rgb`) converted to BT.709 yuv420p."""
+    graph = f"settb={timing.time_base},setpts='{timing.setpts}'"
+    return graph if rgb else f"{graph},scale=out_color_matrix=bt709:out_range=tv,format=yuv420p"
+
+
+def _filter_args(graph: str, timing: VideoTiming) -> list[str]:
+    """The video filter, inline or (`timing.script`, whose content is `graph`) from a file: FFmpeg 7 reads an
+    option's value from a file with the `-/` prefix, older builds with `-filter_script`."""
+    if timing.script is None:
+        return ["-vf", graph]
+    return ["-/vf" if timing.major >= 7 else "-filter_script:v", str(timing.script)]
+
+
+def _audio_input_args(audio: Audio | None) -> list[str]:
+    """The second input (`1`), timed so that its output time 0 is `audio.start` on the file's own timeline.
+
+    `-seek_timestamp 1` makes `-ss` an absolute time on that timeline (not one counted from the container's start,
+    which the earliest stream sets); a start before 0 (a video whose first frame has a negative timestamp) is an
+    `-itsoffset` instead. A copy is only shifted; a cut seeks there and reads `end - start` seconds.
+    """
+    if audio is None:
         return []
-    args: list[str] = []
-    if audio_start > 0:
-        args += ["-ss", seconds_arg(audio_start)]
-    if audio_end is not None:
-        args += ["-t", seconds_arg(audio_end - audio_start)]
-    return [*args, "-i", str(audio_from)]
+    if audio.end is not None and audio.end <= audio.start:
+        raise ValueError(f"the audio must end after it starts ({float(audio.start)} s), not at {float(audio.end)} s")
+    args = ["-seek_timestamp", "1"]
+    if audio.cut and audio.start > 0:
+        args += ["-ss", seconds_arg(audio.start)]
+    elif audio.start:
+        args += ["-itsoffset", _signed_seconds(-audio.start)]
+    if audio.cut and audio.end is not None:
+        args += ["-t", seconds_arg(audio.end - audio.start)]
+    return [*args, "-i", file_url(audio.path)]
 
 
-def _audio_map_args(
-    muxer: str, audio_from: Path | None, audio_codec: str | None, audio_start: float, audio_end: float | None
-) -> list[str]:
-    """Map input 1's first audio stream if it has one; a cut is re-encoded (a copy cuts only at packets)."""
-    if audio_from is None:
+def _signed_seconds(seconds: Fraction) -> str:
+    return ("-" if seconds < 0 else "") + seconds_arg(abs(seconds))
+
+
+def _audio_map_args(muxer: str, audio: Audio | None) -> list[str]:
+    """Map input 1's first audio stream if it has one; a cut is re-encoded (a copy cuts only at packets) and
+    trimmed at the output's time 0, which drops what lies before it when the start was an `-itsoffset`."""
+    if audio is None:
         return []
-    cut = audio_start > 0 or audio_end is not None
-    codec = ["-c:a", "aac", "-b:a", AAC_BITRATE] if cut else audio_codec_args(muxer, audio_codec)
-    return ["-map", "1:a:0?", *codec]
+    if audio.cut:
+        return ["-map", "1:a:0?", "-af", "atrim=start=0", "-c:a", "aac", "-b:a", AAC_BITRATE]
+    return ["-map", "1:a:0?", *audio_codec_args(muxer, audio.codec)]
 
 
-def concat_list(segments: Sequence[tuple[Path, int]], rate: Fraction) -> str:
-    """The concat demuxer's script for `segments` (path, frame count), played back to back at `rate` frames/s.
+def concat_list(segments: Sequence[tuple[Path, Fraction]], end: Fraction) -> str:
+    """The concat demuxer's script for `segments` (path, start in seconds from the output's time 0, ascending,
+    the first at 0) played back to back, the last one ending at `end` seconds.
 
-    Each file gets an explicit `duration`: without it the demuxer takes the MP4's own duration, which an edit
-    list (B-frames) lengthens by a few ticks, leaving a gap at every joint. Durations are the differences of the
-    joints' times rounded to the microsecond (the demuxer's resolution), so rounding never accumulates.
-    Paths are absolute (the script is read with `-safe 0`) and quoted for the demuxer.
+    Each file gets an explicit `duration` (the time to the next one's start): without it the demuxer takes the
+    MP4's own duration, which an edit list (B-frames) lengthens by a few ticks, leaving a gap at every joint, and a
+    variable-rate video would drift. Durations are the differences of the joints' times rounded to the
+    microsecond (the demuxer's resolution), so rounding never accumulates. Paths are absolute (the script is read
+    with `-safe 0`) and quoted for the demuxer.
     """
     lines = ["ffconcat version 1.0"]
-    done = 0
-    for path, frames in segments:
-        if frames < 1:
-            raise ValueError(f"a segment holds at least one frame, {path} has {frames}")
-        start, done = round(done / rate * 1_000_000), done + frames
-        micros = round(done / rate * 1_000_000) - start
+    joints = [start for _, start in segments] + [end]
+    if joints[0] != 0 or any(b <= a for a, b in zip(joints, joints[1:], strict=False)):
+        raise ValueError(f"segment starts must begin at 0 and ascend to the end, got {[str(j) for j in joints]}")
+    micros = [round(j * 1_000_000) for j in joints]
+    for (path, _), a, b in zip(segments, micros, micros[1:], strict=False):
         quoted = str(path).replace("'", "'\\''")
-        lines += [f"file '{quoted}'", f"duration {micros // 1_000_000}.{micros % 1_000_000:06d}"]
+        lines += [f"file '{quoted}'", f"duration {(b - a) // 1_000_000}.{(b - a) % 1_000_000:06d}"]
     return "\n".join(lines) + "\n"
 
 
@@ -321,30 +406,39 @@ def concat_args(
     ffmpeg: str,
     script: Path,
     output: Path,
-    audio_from: Path | None,
-    audio_codec: str | None,
+    audio: Audio | None,
     metadata: Mapping[str, str],
     encoder: str = "libx264",
-    audio_start: float = 0.0,
-    audio_end: float | None = None,
 ) -> list[str]:
     """ffmpeg joining the segments a `concat_list` script names into `output`, video copied (not re-encoded),
-    with the audio of `audio_from` muxed in once.
+    with the audio of `audio` muxed in once (as for `encode_args`).
 
-    audio_from, audio_codec, audio_start, audio_end: as for `encode_args` (the audio of the whole span).
     metadata: container tags (`metadata_args`). encoder: the one the segments were made with; HEVC in MP4/MOV is
-        tagged `hvc1` again, since a stream copy does not carry the tag over.
+    tagged `hvc1` again, since a stream copy does not carry the tag over.
     """
-    if audio_end is not None and audio_end <= audio_start:
-        raise ValueError(f"audio_end must be after audio_start ({audio_start} s), got {audio_end} s")
     muxer = muxer_for(output)
     args = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
-        "-f", "concat", "-safe", "0", "-i", str(script),
-        *_audio_input_args(audio_from, audio_start, audio_end),
-        "-map", "0:v:0", *_audio_map_args(muxer, audio_from, audio_codec, audio_start, audio_end),
+        "-f", "concat", "-safe", "0", "-i", file_url(script),
+        *_audio_input_args(audio),
+        "-map", "0:v:0", *_audio_map_args(muxer, audio),
         "-c:v", "copy",
     ]  # fmt: skip
     if encoder == "libx265" and muxer in ("mp4", "mov"):
         args += ["-tag:v", "hvc1"]
-    return [*args, *metadata_args(muxer, metadata), "-f", muxer, str(output)]
+    return [*args, *metadata_args(muxer, metadata), "-f", muxer, file_url(output)]
+
+
+def gif_args(ffmpeg: str, script: Path, output: Path) -> list[str]:
+    """ffmpeg joining lossless segments (a `concat_list` script) into an animated GIF that loops.
+
+    Each frame gets its own 256-colour palette (`palettegen=stats_mode=single`, `paletteuse=new=1`), so no frame is
+    held back for a whole-video palette. Frame times are kept, rounded to GIF's hundredths of a second.
+    """
+    graph = "split[a][b];[a]palettegen=stats_mode=single[p];[b][p]paletteuse=new=1"
+    return [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
+        "-f", "concat", "-safe", "0", "-i", file_url(script), "-map", "0:v:0", "-filter_complex", graph,
+        "-fps_mode", "passthrough", "-enc_time_base", GIF_TIME_BASE, "-c:v", "gif", "-loop", "0",
+        "-f", "gif", file_url(output),
+    ]  # fmt: skip

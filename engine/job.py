@@ -83,6 +83,12 @@ class VideoSettings(_Settings):
         ge=1,
         description="frames per segment: an interrupted job resumes from its last finished segment (--resume)",
     )
+    # Images too: the watermark goes into every output frame (engine/provenance/watermark.py).
+    watermark: bool = Field(
+        default=False,
+        description="invisible watermark in every frame (images too): survives re-encoding and resizing; "
+        "`verify` finds it; about 39 dB PSNR",
+    )
 
     @field_validator("trim_end")
     @classmethod
@@ -128,6 +134,14 @@ class RuntimeSettings(_Settings):
         default=8192 * 8192,
         ge=1,
         description="largest target or output frame, width × height in pixels; bigger jobs are refused up front",
+    )
+    # engine/provenance/content.py: the classifier, the sampling and what each mode does.
+    content_check: Literal["off", "warn", "refuse"] = Field(
+        default="off",
+        description="check sampled target frames for explicit content (open_nsfw): warn notes them, refuse stops",
+    )
+    content_threshold: Annotated[float, Shown(when={"content_check": ("warn", "refuse")}, advanced=True)] = Field(
+        default=0.8, gt=0.0, le=1.0, description="score (0–1) at which the content check flags a frame"
     )
 
 

@@ -11,8 +11,9 @@ checkout); `<key>` is `segments.job_key` of the target and output, so the same j
 
 When a folder is removed:
 - the job succeeds, or fails with an error (bad input, model, ffmpeg, out of memory, a bug): removed;
-- the job is cancelled (Ctrl-C, SIGTERM) or killed, or refused at the start for lack of disk space, after some
-  segments were finished: kept, so that `run --resume` continues it; with nothing finished: removed;
+- the job is cancelled (Ctrl-C, SIGTERM) or killed, refused at the start for lack of disk space, or stopped by a
+  disk that filled up (`DiskFull`), after some segments were finished: kept, so that `run --resume` continues it;
+  with nothing finished: removed (`engine.segmented` decides);
 - the start-up sweep (`sweep`, at the start of every video job) removes a folder whose owner is not running (same
   host; PID gone or reused by a process that started at another time) and that either holds no finished segment or
   was last written more than `RESUME_WINDOW_S` ago. A folder of a running process, or of another host (a shared
@@ -21,6 +22,7 @@ When a folder is removed:
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -36,7 +38,7 @@ from typing import Any
 import psutil
 
 from engine import segments
-from engine.errors import InsufficientDiskSpace, InvalidInput
+from engine.errors import DiskFull, InsufficientDiskSpace, InvalidInput
 from engine.segments import Plan, Segment
 
 log = logging.getLogger(__name__)
@@ -92,10 +94,16 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Write atomically: a kill mid-write leaves the previous version, never half a file."""
+    """Write atomically: a kill mid-write leaves the previous version, never half a file. A full disk is DiskFull."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(f"the disk of {path.parent} is full (writing {path.name})", path.parent) from None
+        raise
 
 
 def read_owner(folder: Path) -> Owner | None:
@@ -273,12 +281,22 @@ def check_disk_space(needs: Mapping[Path, int], hint: str) -> None:
         free = free_bytes(folder)
         if free < total:
             raise InsufficientDiskSpace(
-                f"not enough disk space: the job needs about {_size(total)} on the disk of {folder}, "
-                f"which has {_size(free)} free; {hint}"
+                f"not enough disk space: the job needs about {size_text(total)} on the disk of {folder}, "
+                f"which has {size_text(free)} free; {hint}"
             )
 
 
-def _size(n: int) -> str:
+def shortfall(needs: Mapping[Path, int], folder: Path) -> int:
+    """Bytes to free on the disk of `folder` for what `needs` (folder -> bytes still to write) puts there: that
+    total less the space free now, and at least 1 MB (a disk that filled up although the estimate fitted is
+    being filled by something else too)."""
+    device = _device(folder)
+    total = sum(size for path, size in needs.items() if _device(path) == device)
+    return max(total - free_bytes(folder), 1_000_000)
+
+
+def size_text(n: int) -> str:
+    """Bytes as people read them: `1.2 GB`, `15.0 MB`, `812 B`."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"

@@ -16,14 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
 from engine.errors import Cancelled
-
-if TYPE_CHECKING:
-    from engine.processor import FrameProcessor
 
 # Job outcomes (the `status` label of jobs_total and job_duration_seconds).
 JOB_OUTCOMES = ("done", "failed", "cancelled")
@@ -144,14 +140,13 @@ def observe_job(metrics: Metrics = PROCESS_METRICS) -> Iterator[None]:
         metrics.job_seconds.labels(status).observe(time.perf_counter() - started)
 
 
-def record_frames(processor: FrameProcessor, frames: int, seconds: float) -> None:
-    """One `process` call: `frames` frames in `seconds` wall time (each frame observed at seconds / frames), under
-    the processor's id and the provider it reports."""
+def record_frames(processor: str, provider: str | None, frames: int, seconds: float) -> None:
+    """One `process` call of the processor `processor` (its id) on `provider` (what it reports, e.g.
+    CUDAExecutionProvider): `frames` frames in `seconds` wall time (each frame observed at seconds / frames)."""
     if frames <= 0:
         return
-    PROCESS_METRICS.frames.labels(processor.id).inc(frames)
-    provider = provider_label(processor.describe().get("provider"))
-    latency = PROCESS_METRICS.frame_seconds.labels(processor.id, provider)
+    PROCESS_METRICS.frames.labels(processor).inc(frames)
+    latency = PROCESS_METRICS.frame_seconds.labels(processor, provider_label(provider))
     for _ in range(frames):
         latency.observe(seconds / frames)
 

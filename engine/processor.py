@@ -5,7 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,11 +40,25 @@ class FrameContext:
 
     index: 0-based frame number in the target. faces: faces found on the *input* frame (empty when no processor
     of the chain needs faces). source: the job's source identity, computed once per job (None without sources).
+    time: the frame's presentation time in seconds from the target's first frame (its exact input time, so the
+    frames of a variable-rate video carry their real times; a resampled output's frame, the time of its slot;
+    0.0 for an image); None where no time is known. original: the input frame as read from the target, before
+    any processor of the chain (the one `faces` were found on; None where the caller does not give it).
     """
 
     index: int
     faces: tuple[Face, ...] = ()
     source: Any = None
+    time: float | None = None
+    original: Frame | None = None
+
+
+class BoundJob(Protocol):
+    """What a processor may read of its job (`engine.job.Job` is one; a protocol so this module, which the job
+    module builds on, does not import it back): the target and the source images as given."""
+
+    target: Path
+    sources: tuple[Path, ...]
 
 
 class FrameProcessor(ABC, Generic[OptionsT]):
@@ -64,6 +79,10 @@ class FrameProcessor(ABC, Generic[OptionsT]):
     def __init__(self, options: OptionsT, runtime: Runtime) -> None:
         self.options = options
         self.runtime = runtime
+
+    def bind_job(self, job: BoundJob) -> None:
+        """Called once per job before any frame (by `processors.build_chain`): a processor that reads the job's
+        target itself (the lip syncer: its audio track) takes what it needs here. Default: nothing."""
 
     @classmethod
     def model_ids(cls, options: ProcessorOptions) -> list[str]:

@@ -7,7 +7,7 @@ re-encoding, with the audio muxed once. A killed job resumes at its first missin
 independent of the others' files, so the same plan can be handed out to several workers; only face tracking and
 identity QA carry state from one segment to the next when one process renders them in order.
 
-Frame numbers here are output frames of the job's span: 0 is the span's first frame (`video.Span`), whatever the
+Frame numbers here are output frames of the job's span: 0 is the span's first frame (`media.Span`), whatever the
 trim start and rate.
 """
 
@@ -58,7 +58,7 @@ class Plan:
     """How a span of `frames` output frames is cut into segments of `segment_frames` (the last one up to 1.5×).
 
     open_end: `frames` is ffmpeg's expected count, not an exact one (a resampled span that runs to the end of the
-    video, `video.Span.frames`), so the last segment takes whatever frames the decoder still gives.
+    video, `media.Span.frames`), so the last segment takes whatever frames the decoder still gives.
     """
 
     frames: int

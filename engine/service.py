@@ -3,7 +3,8 @@
 One `Service` per process holds the processor registry it was given (the engine never imports `processors/`),
 warm runtimes (models stay loaded between jobs), and small caches for single frames. It builds jobs and chains,
 runs jobs, renders single frames through the chain (previews; live streams keep their tracker through a
-`FrameRenderer` of their own, `live_renderer`), finds faces, and lists, fetches and verifies models.
+`FrameRenderer` of their own, `live_renderer`), finds faces; its `catalogue` (engine/catalogue.py) lists, fetches,
+verifies and exports models.
 
 Not thread-safe for model work by itself: callers serialise model work (runs, previews, face finding) with
 `model_lock`, as the UI and the jobs API do, so one job at a time uses the GPU.
@@ -15,48 +16,31 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from engine import pipeline, video
+from engine import media as video
+from engine import pipeline
+from engine.catalogue import Catalogue
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
 from engine.faces.stage import build_analyser
 from engine.job import FacesSettings, Job, Preset, RuntimeSettings
-from engine.models import fetch
-from engine.models.manifest import Manifest, ModelSpec
+from engine.models.manifest import Manifest
 from engine.models.runtime import ProgressFactory, Runtime
 from engine.processor import FrameContext, FrameProcessor
 from engine.progress import Progress
+from engine.render import face_stage
 from engine.types import Face, Frame
 
 Registry = Mapping[str, type[FrameProcessor]]
-Availability = Literal["embedded", "downloaded", "missing"]
 # Decoded target frames and face-stage results kept for previews: a user moves between a handful of frames.
 _FRAMES_KEPT = 8
 # What a live job names as its target and output: a camera has no file (nothing reads or writes these paths).
 LIVE_TARGET = Path("camera")
 LIVE_OUTPUT = Path("live.mp4")
-
-
-@dataclass(frozen=True)
-class ModelStatus:
-    """One catalogue model as front ends list it. `size`: bytes of its smallest downloadable file (None when it
-    has none, or the size is unknown); `downloadable`: a published file of it is not here yet (an embedded model's
-    official original, or a downloaded model's file); `licence_line`: licence, commercial use and homepage."""
-
-    id: str
-    task: str
-    title: str
-    licence: str
-    commercial_use: bool
-    homepage: str
-    availability: Availability
-    size: int | None
-    downloadable: bool
-    licence_line: str
 
 
 @dataclass(frozen=True)
@@ -94,6 +78,8 @@ class FrameRenderer:
     chain: list[FrameProcessor]
     faces: Any = None  # pipeline's face stage with its source identity, None when no processor needs faces
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Each frame's presentation time in seconds from the target's start (empty for an image or a camera).
+    times: tuple[float, ...] = ()
     _found: dict[int, tuple[FrameContext, tuple[Face, ...]]] = field(default_factory=dict, repr=False)
 
     def update_chain(self, chain: list[FrameProcessor]) -> None:
@@ -119,6 +105,8 @@ class FrameRenderer:
                     self._found[index] = (ctx, detected)
                     while len(self._found) > _FRAMES_KEPT:
                         self._found.pop(next(iter(self._found)))
+            # What a run's context holds too: the frame's time in the target and the frame as read.
+            ctx = replace(ctx, time=self.times[index] if index < len(self.times) else None, original=frame)
             faces_done = time.perf_counter()
             after = pipeline.process_frame(self.chain, frame, ctx)
             done = time.perf_counter()
@@ -134,7 +122,7 @@ def _camera_info(fps: float) -> tuple[video.MediaInfo, video.Span]:
         audio_codec=None, vfr=True, video_codec=None, pix_fmt="rgb24", format_name="camera",
         time_base=Fraction(1, 90000), timestamps=(),
     )  # fmt: skip
-    span = video.Span(Fraction(0), None, 0, None, rate, False, 0, 0)
+    span = video.Span(Fraction(0), None, 0, None, rate, False, 0, 0, video.FrameTimes.constant(rate), 1 / rate)
     return info, span
 
 
@@ -158,6 +146,7 @@ class Service:
         self._runtimes: dict[RuntimeSettings, Runtime] = {}
         self._frames: OrderedDict[tuple[Any, ...], Frame] = OrderedDict()
         self._renderers: OrderedDict[tuple[Any, ...], FrameRenderer] = OrderedDict()
+        self.catalogue = Catalogue(registry, self._runtime_for_models)
 
     # -- jobs ---------------------------------------------------------------------------------------------------
     def runtime(self, settings: RuntimeSettings, progress_factory: ProgressFactory | None = None) -> Runtime:
@@ -166,6 +155,11 @@ class Service:
             if settings not in self._runtimes:
                 self._runtimes[settings] = Runtime(settings, progress_factory=progress_factory)
             return self._runtimes[settings]
+
+    def _runtime_for_models(self, settings: RuntimeSettings, progress: ProgressFactory | None) -> Runtime:
+        """The warm runtime, or a fresh one when downloads report their progress to `progress` (a warm runtime
+        keeps the progress reporting it was made with)."""
+        return self.runtime(settings) if progress is None else Runtime(settings, progress_factory=progress)
 
     def preset(self, raw: Mapping[str, Any]) -> Preset:
         return Preset.parse(raw, self.registry)
@@ -176,14 +170,27 @@ class Service:
         )
 
     def chain(self, job: Preset, runtime: Runtime) -> list[FrameProcessor]:
-        """The job's processors in order; each loads its models now (once per job: sessions stay warm)."""
-        return [self.registry[pid](job.options[pid], runtime) for pid in job.processors]
+        """The job's processors in order, each bound to the job (`FrameProcessor.bind_job`: the lip syncer takes
+        its audio there); each loads its models now (once per job: sessions stay warm)."""
+        chain = [self.registry[pid](job.options[pid], runtime) for pid in job.processors]
+        if isinstance(job, Job):
+            for processor in chain:
+                processor.bind_job(job)
+        return chain
 
     def run(
-        self, job: Job, progress: Progress | None = None, *, overwrite: bool = False, **kwargs: Any
+        self,
+        job: Job,
+        progress: Progress | None = None,
+        *,
+        overwrite: bool = False,
+        downloads: ProgressFactory | None = None,
+        **kwargs: Any,
     ) -> pipeline.RunReport:
-        """Run `job` on its warm runtime (the caller holds `model_lock` when it shares the process)."""
-        runtime = self.runtime(job.runtime)
+        """Run `job` on its warm runtime (the caller holds `model_lock` when it shares the process); `kwargs` as
+        `pipeline.run` takes them (resume, renderer, signing). `downloads`: progress of model downloads (a
+        one-shot front end's runtime; a warm one keeps what it was made with)."""
+        runtime = self.runtime(job.runtime, downloads)
         return pipeline.run(job, self.chain(job, runtime), runtime, progress, overwrite=overwrite, **kwargs)
 
     # -- single frames ------------------------------------------------------------------------------------------
@@ -243,7 +250,8 @@ class Service:
             return kept
         info = video.probe(target)
         span = video.select(info)
-        made = FrameRenderer(job, runtime, chain, pipeline.face_stage(job, chain, runtime, info, span))
+        times = tuple(float(t * info.time_base) for t in info.timestamps) if info.kind == "video" else ()
+        made = FrameRenderer(job, runtime, chain, face_stage(job, chain, runtime, info, span), times=times)
         with self._lock:
             self._renderers[key] = made
             while len(self._renderers) > _FRAMES_KEPT:
@@ -277,7 +285,7 @@ class Service:
         runtime = self.runtime(job.runtime)
         chain = self.chain(job, runtime)
         info, span = _camera_info(fps)
-        return FrameRenderer(job, runtime, chain, pipeline.face_stage(job, chain, runtime, info, span))
+        return FrameRenderer(job, runtime, chain, face_stage(job, chain, runtime, info, span))
 
     def live_update(
         self, renderer: FrameRenderer, raw: Mapping[str, Any], sources: Sequence[Path] = (), *, fps: float = 30.0
@@ -312,51 +320,3 @@ class Service:
     def manifest(self) -> Manifest:
         """The catalogue in use (the built-in one or $FACESTUDIO_MANIFEST's, plus this machine's exports)."""
         return self.runtime(RuntimeSettings(offline=True)).manifest
-
-    def models(self) -> list[ModelStatus]:
-        """Every catalogue model with what is on this machine (file presence and size; hashing waits for use)."""
-        runtime = self.runtime(RuntimeSettings(offline=True))
-        return [self._status(spec, runtime) for spec in runtime.manifest.models.values()]
-
-    def model(self, model_id: str) -> ModelStatus:
-        runtime = self.runtime(RuntimeSettings(offline=True))
-        return self._status(runtime.manifest.get(model_id), runtime)
-
-    @staticmethod
-    def _status(spec: ModelSpec, runtime: Runtime) -> ModelStatus:
-        published = [f for f in spec.files if f.url is not None]
-
-        def here(f: Any) -> bool:
-            path = runtime.local_path(f)
-            return path.is_file() and (f.size is None or path.stat().st_size == f.size)
-
-        present = [f for f in published if here(f)]
-        availability: Availability = "embedded" if spec.embedded else "downloaded" if present else "missing"
-        size = min((f.size for f in published if f.size is not None), default=None)
-        return ModelStatus(
-            spec.id, spec.task, spec.title, spec.licence, spec.commercial_use, spec.homepage, availability, size,
-            bool(published) and not present, spec.licence_line(),
-        )  # fmt: skip
-
-    def fetch_model(self, model_id: str, progress_factory: ProgressFactory | None = None) -> list[Path]:
-        """Download a model's files as `models fetch` does: an embedded model's official originals, else the file
-        the default backend loads. Returns the paths now present; typed errors (ModelUnavailable, ChecksumMismatch)
-        name what failed."""
-        runtime = self.runtime(RuntimeSettings(offline=True))
-        spec = runtime.manifest.get(model_id)
-        files = (
-            [f for f in spec.files if not f.embedded]
-            if spec.embedded
-            else [runtime.choose_file(spec, runtime.backend_for(None))]
-        )
-        return fetch.ensure(files, runtime.folders.models, offline=False, progress_factory=progress_factory)
-
-    def verify_models(self) -> list[tuple[str, str, str]]:
-        """(model id, file name, "ok" | "mismatch") for every downloaded model file present here."""
-        runtime = self.runtime(RuntimeSettings(offline=True))
-        out = []
-        for spec in runtime.manifest.models.values():
-            for f in spec.files:
-                if not f.embedded and runtime.local_path(f).is_file():
-                    out.append((spec.id, f.filename, fetch.verify(f, runtime.folders.models)))
-        return out

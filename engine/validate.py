@@ -1,10 +1,11 @@
 """Job validation: the one choke point every job passes before any frame is read (DESIGN.md §11).
 
 `validate` probes the target and every source, and refuses, with one typed, actionable line, anything the run
-would otherwise fail on half-way or get silently wrong: files that are not usable media (via `video.probe`),
-animated images given as a still, HDR video, frames above the size cap, outputs that would overwrite an input or
-an existing file, cannot be written, or cannot hold the target's kind of media, spans without frames, and a
-missing video encoder. `pipeline.run` calls it first; nothing else in the engine re-checks these.
+would otherwise fail on half-way or get silently wrong: files that are not usable media (via `media.probe`),
+animated images given as a still, HDR video, frames above the size cap or beyond what the output's format or
+encoder can store, outputs that would overwrite an input or an existing file, cannot be written, whose name (or
+their sidecar's) the file system would refuse, or cannot hold the target's kind of media, spans without frames,
+and a missing video encoder. `pipeline.run` calls it first; nothing else in the engine re-checks these.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import video
+from engine import ffmpeg_commands as cmd
+from engine import media
 from engine.errors import InvalidInput
-from engine.ffmpeg_commands import MUXERS
 from engine.job import Job
+from engine.media.images import size_limit
+from engine.outputs import check_names
 from engine.processor import FrameProcessor
 
 # Image formats that can carry the synthetic-media tags; a BMP target is written as PNG.
@@ -36,8 +39,8 @@ class Checked:
     """What validation established about a job: the probed target, the span of it to read (the whole image for
     an image), and the size in pixels (width, height) of the frames the chain will return."""
 
-    info: video.MediaInfo
-    span: video.Span
+    info: media.MediaInfo
+    span: media.Span
     output_size: tuple[int, int]
 
 
@@ -47,7 +50,7 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
 
     overwrite: accept an existing file at `job.output`, which the run replaces (never when it is an input).
     """
-    info = video.probe(job.target)
+    info = media.probe(job.target)
     for source in job.sources:
         _check_still_image(source, "source face image")
     if job.faces.reference_image is not None:
@@ -56,9 +59,11 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
     size = output_size(chain, info.width, info.height)
     _check_pixels(job, size, "the output would be", "lower the upscale factor")
     _check_output(job, info, overwrite)
-    span = video.select(info, job.video.trim_start, job.video.trim_end, job.video.fps)
+    _check_format_limits(job, info, size)
+    span = media.select(info, job.video.trim_start, job.video.trim_end, job.video.fps)
     if info.kind == "video":
-        video.check_encoder(job.video.encoder)
+        gif = job.output.suffix.lower() == cmd.GIF_SUFFIX
+        media.check_encoder(cmd.INTERMEDIATE_ENCODER if gif else job.video.encoder)
     return Checked(info, span, size)
 
 
@@ -75,15 +80,15 @@ def image_output_format(target_format: str) -> str:
 
 
 def _check_still_image(path: Path, role: str) -> None:
-    info = video.probe(path)
+    info = media.probe(path)
     if info.kind != "image":
         raise InvalidInput(f"the {role} {path} is a video: give a still image (PNG, JPEG, WebP, BMP or TIFF)")
 
 
-def _check_target(job: Job, info: video.MediaInfo) -> None:
+def _check_target(job: Job, info: media.MediaInfo) -> None:
     path = info.path
     if info.kind == "image":
-        frames = video.image_frame_count(path)
+        frames = media.image_frame_count(path)
         if frames > 1:
             # read_image gives the first frame only: a still output from an animation would lose the rest unasked.
             raise InvalidInput(
@@ -108,9 +113,10 @@ def _check_pixels(job: Job, size: tuple[int, int], what: str, remedy: str) -> No
         )
 
 
-def _check_output(job: Job, info: video.MediaInfo, overwrite: bool) -> None:
-    """Refuse outputs that would overwrite an input or (unless `overwrite`) an existing file, cannot be written,
-    or cannot hold the target's kind of media (video: an H.264/HEVC container; image: the target's own format)."""
+def _check_output(job: Job, info: media.MediaInfo, overwrite: bool) -> None:
+    """Refuse outputs that would overwrite an input or (unless `overwrite`) an existing file, cannot be written
+    or named, or cannot hold the target's kind of media (video: an H.264/HEVC container or an animated GIF;
+    image: the target's own format)."""
     out = job.output
     inputs = (job.target, *job.sources, *([job.faces.reference_image] if job.faces.reference_image else []))
     for given in inputs:
@@ -119,16 +125,16 @@ def _check_output(job: Job, info: video.MediaInfo, overwrite: bool) -> None:
     if out.is_dir():
         raise InvalidInput(f"the output {out} is a folder; give a file name such as {out / 'result.mp4'}")
     suffix = out.suffix.lower()
-    if info.kind == "video" and suffix not in MUXERS:
+    if info.kind == "video" and suffix not in cmd.VIDEO_SUFFIXES:
         kind = "an animated GIF, which is processed as a video," if info.format_name == "gif" else "a video"
         raise InvalidInput(
             f"the target is {kind} but the output ends in {out.suffix or '(nothing)'}; "
-            f"use one of {', '.join(sorted(MUXERS))}"
+            f"use one of {', '.join(sorted(cmd.VIDEO_SUFFIXES))}"
         )
     if info.kind == "image":
         wanted = image_output_format(info.format_name)
-        if video.IMAGE_FORMATS.get(suffix) != wanted:
-            endings = ", ".join(s for s, f in video.IMAGE_FORMATS.items() if f == wanted)
+        if media.IMAGE_FORMATS.get(suffix) != wanted:
+            endings = ", ".join(s for s, f in media.IMAGE_FORMATS.items() if f == wanted)
             raise InvalidInput(
                 f"the target is a {info.format_name} image, so the output must be {wanted} ({endings}); got {out.name}"
             )
@@ -144,3 +150,25 @@ def _check_output(job: Job, info: video.MediaInfo, overwrite: bool) -> None:
             pass
     except OSError:
         raise InvalidInput(f"cannot write {out}: {existing} is not a writable folder") from None
+    check_names(out)
+
+
+def _check_format_limits(job: Job, info: media.MediaInfo, size: tuple[int, int]) -> None:
+    """Refuse an output larger than its format (an image's) or its encoder (a video's) can store."""
+    width, height = size
+    if info.kind == "image":
+        limit = size_limit(image_output_format(info.format_name), width, height, alpha=True)
+        if limit is not None:
+            raise InvalidInput(
+                f"the output would be {width}×{height} pixels, and {limit}: lower the upscale factor, or downscale "
+                "the target first"
+            )
+        return
+    gif = job.output.suffix.lower() == cmd.GIF_SUFFIX
+    encoder = "gif" if gif else job.video.encoder
+    side = cmd.MAX_SIDE[encoder]
+    if max(width + width % 2, height + height % 2) > side:
+        raise InvalidInput(
+            f"the output would be {width}×{height} pixels, and {encoder} encodes at most {side}×{side}: lower the "
+            "upscale factor" + ("" if gif or encoder == "libx265" else ", or use video.encoder=libx265")
+        )

@@ -14,13 +14,21 @@ from types import MappingProxyType
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameProcessor
+from processors.expression_restorer import ExpressionRestorer
 from processors.face_enhancer import FaceEnhancer
 from processors.face_swapper import FaceSwapper
 from processors.frame_enhancer import FrameEnhancer
+from processors.lip_syncer import LipSyncer
 
 log = logging.getLogger(__name__)
 
-_BUILTIN: tuple[type[FrameProcessor], ...] = (FaceSwapper, FaceEnhancer, FrameEnhancer)
+_BUILTIN: tuple[type[FrameProcessor], ...] = (
+    FaceSwapper,
+    ExpressionRestorer,
+    LipSyncer,
+    FaceEnhancer,
+    FrameEnhancer,
+)
 
 
 def build_registry(classes: Iterable[type[FrameProcessor]]) -> Mapping[str, type[FrameProcessor]]:
@@ -47,5 +55,8 @@ REGISTRY: Mapping[str, type[FrameProcessor]] = build_registry([*_BUILTIN, *_plug
 
 
 def build_chain(job: Job, runtime: Runtime) -> list[FrameProcessor]:
-    """Instantiate the job's processors in order; each loads its models now (once per job)."""
-    return [REGISTRY[pid](job.options[pid], runtime) for pid in job.processors]
+    """Instantiate the job's processors in order; each loads its models now (once per job) and is bound to the job."""
+    chain = [REGISTRY[pid](job.options[pid], runtime) for pid in job.processors]
+    for processor in chain:
+        processor.bind_job(job)
+    return chain

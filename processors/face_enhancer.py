@@ -1,9 +1,10 @@
 """Face enhancer: restore detail on the faces the face stage found, after a swap or in any footage.
 
 Models: `real_esrgan_face` (embedded, offline: an embedded Real-ESRGAN ×4 model restores the aligned face from a
-128 px crop to 512 px), and, downloaded, GFPGAN v1.4 / v1.3, CodeFormer (with its fidelity weight) and
-RestoreFormer (512 px ffhq-aligned faces in [-1, 1]). `auto` takes GFPGAN v1.4 when its file is present and
-otherwise the embedded model, so the enhancer works on a fresh machine.
+128 px crop to 512 px), and, downloaded, GFPGAN v1.4 / v1.3, CodeFormer (with its fidelity weight; our export
+of the official weights or FaceFusion's published ONNX), RestoreFormer and GPEN-BFR at 256, 512, 1024 and 2048
+px. Each model's crop (template and size) and normalisation come from its catalogue entry. `auto` takes GFPGAN
+v1.4 when its file is present and otherwise the embedded model, so the enhancer works on a fresh machine.
 """
 
 from __future__ import annotations
@@ -23,14 +24,26 @@ from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Face, Frame
 
 EMBEDDED = "real_esrgan_face"
-# The aligned crop the embedded model restores: 128 px in, ×4 out = the 512 px GFPGAN works at.
+# The aligned crop the embedded model restores: 128 px in, ×4 out = 512 px on the ffhq_512 template.
 DETAIL_INPUT = 128
-FACE_SIZE = 512
+EMBEDDED_SIZE = 512
+EMBEDDED_TEMPLATE = "ffhq_512"
 
 
 class FaceEnhancerOptions(ProcessorOptions):
     model: Annotated[
-        Literal["auto", "real_esrgan_face", "gfpgan_1_4", "gfpgan_1_3", "codeformer", "restoreformer"],
+        Literal[
+            "auto",
+            "real_esrgan_face",
+            "gfpgan_1_4",
+            "gfpgan_1_3",
+            "codeformer",
+            "restoreformer",
+            "gpen_bfr_256",
+            "gpen_bfr_512",
+            "gpen_bfr_1024",
+            "gpen_bfr_2048",
+        ],
         Shown(models="face_enhancer"),
     ] = Field(default="auto", description="auto: GFPGAN v1.4 when downloaded, else the embedded real_esrgan_face")
     fidelity: Annotated[float, Shown(when={"model": ("codeformer",)})] = Field(
@@ -95,31 +108,39 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
         for start in range(0, len(jobs), step):
             chunk = jobs[start : start + step]
             affines, restored = self._restore([frames[i] for i, _ in chunk], [face for _, face in chunk])
+            size = restored.shape[1]
             for (i, face), affine, crop in zip(chunk, affines, restored, strict=True):
                 points = None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
                 mask = crop_mask(
-                    FACE_SIZE, points, kind=self.options.mask, padding=self.options.mask_padding,
+                    size, points, kind=self.options.mask, padding=self.options.mask_padding,
                     blur=self.options.mask_blur,
                 )  # fmt: skip
                 out[i] = paste_back(out[i], crop, affine, mask * (self.options.blend / 100.0))
         return out
 
     def _restore(self, frames: list[Frame], faces: list[Face]) -> tuple[list[np.ndarray], np.ndarray]:
-        """(affines mapping frame pixels to the 512 px crops, restored N×512×512×3 uint8 RGB crops)."""
+        """(affines mapping frame pixels to the model's aligned crops, restored N×S×S×3 uint8 RGB crops), S the
+        model's size on its template (the embedded model: 512 px on ffhq_512, restored from a 128 px crop)."""
         spec = self.loaded.spec
-        affines = [estimate_affine(face.landmarks5, "ffhq_512", FACE_SIZE) for face in faces]
-        if self.model_id == EMBEDDED:
+        embedded = self.model_id == EMBEDDED
+        template = EMBEDDED_TEMPLATE if embedded else spec.template or EMBEDDED_TEMPLATE
+        size = EMBEDDED_SIZE if embedded else spec.input_size or EMBEDDED_SIZE
+        affines = [estimate_affine(face.landmarks5, template, size) for face in faces]
+        if embedded:
             # Restore from a 128 px crop: the ×4 model brings it to 512 px with detail it synthesises.
-            small = [estimate_affine(face.landmarks5, "ffhq_512", DETAIL_INPUT) for face in faces]
+            small = [estimate_affine(face.landmarks5, template, DETAIL_INPUT) for face in faces]
             crops = np.stack([warp_face(f, m, DETAIL_INPUT) for f, m in zip(frames, small, strict=True)])
         else:
-            crops = np.stack([warp_face(f, m, FACE_SIZE) for f, m in zip(frames, affines, strict=True)])
-        session = self.loaded.session
-        inputs = {session.input_names[0]: to_tensor(crops, spec.io)}
-        if spec.io.fidelity is not None:
-            inputs[session.input_names[1]] = np.array([self.options.fidelity], dtype=np.float32)
-        (result, *_) = session.run(inputs)
-        restored = from_tensor(result, spec.io)
-        if restored.shape[1:3] != (FACE_SIZE, FACE_SIZE):
-            raise RuntimeError(f"{spec.id} returned {restored.shape[1:3]} crops, expected {FACE_SIZE}×{FACE_SIZE}")
+            crops = np.stack([warp_face(f, m, size) for f, m in zip(frames, affines, strict=True)])
+        io = spec.io
+        # A downloaded graph's inputs are checked by name; a converted or exported one is fed in its input order.
+        names = (io.input, io.fidelity) if io.inputs else (*self.loaded.session.input_names, None)[:2]
+        inputs = {names[0]: to_tensor(crops, io)}
+        if io.fidelity is not None:
+            # CodeFormer's weight: float32 in our exports, float64 in FaceFusion's (as the file declares).
+            inputs[names[1]] = np.array([self.options.fidelity], dtype=io.input_type(io.fidelity))
+        (result, *_) = self.loaded.session.run(inputs)
+        restored = from_tensor(result, io)
+        if restored.shape[1:3] != (size, size):
+            raise RuntimeError(f"{spec.id} returned {restored.shape[1:3]} crops, expected {size}×{size}")
         return affines, restored

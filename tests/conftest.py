@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typing_extensions import override  # typing.override needs Python 3.12
 
-from engine import video
+from engine import media as video
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,6 +42,8 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _cache_env(shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FACESTUDIO_CACHE", str(shared_cache))
+    # The key that signs the shared cache's conversions, shared with it (each test's home would have its own).
+    monkeypatch.setenv("FACESTUDIO_INTEGRITY_KEY", str(shared_cache.with_name("integrity.key")))
 
 
 @dataclass(frozen=True)

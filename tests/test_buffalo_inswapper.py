@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from engine.backends import Session
 from engine.errors import InvalidInput, ModelUnavailable
 from engine.faces.buffalo import BuffaloAnalyser, anchor_centres, letterbox
-from engine.faces.inswapper import emap_from_onnx, source_latent, swap
+from engine.faces.swapper import emap_from_onnx, latent, swap
 from engine.job import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, Runtime
@@ -188,9 +188,10 @@ def tiny_inswapper(path: Path, *, batch: int | None = 1) -> tuple[bytes, npt.NDA
 
 
 def _manifest(tmp: Path, files: dict[str, tuple[Path, bytes]], *, swapper_batch: int | None = 1) -> Manifest:
-    """The built-in manifest's buffalo_l and inswapper_128 entries, pointed at tiny files over file://."""
+    """The built-in manifest with the entries in `files` (buffalo_l, inswapper_128) pointed at tiny files over
+    file://."""
     real = Manifest.load()
-    models = {}
+    models = dict(real.models)
     for model_id, (path, data) in files.items():
         spec = real.get(model_id)
         file = spec.files[0].model_copy(
@@ -346,20 +347,23 @@ class CountingSession:
         return self.inner.run(inputs)
 
 
+def source_latent(embedding: npt.ArrayLike, emap: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """InSwapper's identity latent by the catalogue's swap spec for it (insightface: normed embedding @ emap)."""
+    return latent(Manifest.load().get("inswapper_128").swap, embedding, emap=emap)
+
+
 def test_emap_is_the_last_initializer(tmp_path: Path) -> None:
     _, emap = tiny_inswapper(tmp_path / "s.onnx")
     got = emap_from_onnx(tmp_path / "s.onnx")
     assert got.shape == (512, 512) and got.dtype == np.float32
     np.testing.assert_array_equal(got, emap)
     embedding = np.random.default_rng(0).normal(size=512).astype(np.float32) * 3.0  # not normalised
-    latent = source_latent(embedding, got)
+    identity = source_latent(embedding, got)
     expected = (embedding / np.linalg.norm(embedding)) @ emap
-    np.testing.assert_allclose(latent[0], expected / np.linalg.norm(expected), rtol=1e-5, atol=1e-6)
-    assert latent.shape == (1, 512) and np.linalg.norm(latent) == pytest.approx(1.0, abs=1e-5)
-    with pytest.raises(InvalidInput, match="512-d"):
-        source_latent(np.ones(128, np.float32), got)
+    np.testing.assert_allclose(identity[0], expected / np.linalg.norm(expected), rtol=1e-5, atol=1e-6)
+    assert identity.shape == (1, 512) and np.linalg.norm(identity) == pytest.approx(1.0, abs=1e-5)
     tiny_arcface(tmp_path / "a.onnx")
-    with pytest.raises(InvalidInput, match="not the 512×512 emap"):
+    with pytest.raises(InvalidInput, match="not a 512×512 emap"):
         emap_from_onnx(tmp_path / "a.onnx")
 
 
@@ -381,18 +385,18 @@ def test_inswapper_onnx_runtime_and_torch_agree(runtime: Runtime) -> None:
 
 def test_swap_end_to_end_on_both_backends_one_face_per_call(runtime: Runtime) -> None:
     emap = emap_from_onnx(runtime.local_path(runtime.load("inswapper_128", "onnx").file))
-    latent = source_latent(np.random.default_rng(1).normal(size=512), emap)
+    identity = source_latent(np.random.default_rng(1).normal(size=512), emap)
     crops = np.random.default_rng(2).integers(0, 256, (3, 128, 128, 3), dtype=np.uint8)
     results = []
     for backend in ("onnx", "torch"):
         model = runtime.load("inswapper_128", backend)
         session = CountingSession(model.session)
-        out = swap(session, model.spec.io, crops, latent)
+        out = swap(session, model.spec.io, crops, identity)
         assert out.shape == crops.shape and out.dtype == np.uint8
         assert session.calls == [1, 1, 1]  # the graph declares batch 1 (io.batch = 1)
         results.append(out.astype(int))
     assert np.abs(results[0] - results[1]).max() <= 1
-    empty = swap(model.session, model.spec.io, crops[:0], latent)
+    empty = swap(model.session, model.spec.io, crops[:0], identity)
     assert empty.shape == (0, 128, 128, 3)
 
 
@@ -404,12 +408,12 @@ def test_swap_batches_when_the_graph_allows(tmp_path: Path) -> None:
         folders=Folders(models=tmp_path / "models", cache=tmp_path / "cache"),
     )
     model = runtime.load("inswapper_128", "onnx")
-    latent = source_latent(np.random.default_rng(1).normal(size=512), emap)
+    identity = source_latent(np.random.default_rng(1).normal(size=512), emap)
     crops = np.random.default_rng(2).integers(0, 256, (3, 128, 128, 3), dtype=np.uint8)
     session = CountingSession(model.session)
-    together = swap(session, model.spec.io, crops, latent)
+    together = swap(session, model.spec.io, crops, identity)
     assert session.calls == [3]
-    one_by_one = np.concatenate([swap(model.session, model.spec.io, crops[i : i + 1], latent) for i in range(3)])
+    one_by_one = np.concatenate([swap(model.session, model.spec.io, crops[i : i + 1], identity) for i in range(3)])
     assert np.abs(together.astype(int) - one_by_one).max() <= 1
 
 

@@ -13,7 +13,8 @@ import pytest
 from conftest import audio_seconds, live_children
 
 import cli
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.errors import ConsentRequired
 
 ROOT = Path(__file__).resolve().parent.parent

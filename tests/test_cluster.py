@@ -18,8 +18,10 @@ from conftest import audio_seconds
 from test_resume import CHAIN, make_clip, read_frames
 
 import cli
-from engine import cluster, pipeline, segments, video
+from engine import cluster, pipeline, segments, sidecar
+from engine import media as video
 from engine.errors import Cancelled, InvalidInput
+from engine.render import render_missing
 
 FRAMES, SEGMENT = 45, 15
 ARGS = [*CHAIN, "--set", f"video.segment_frames={SEGMENT}", "--set", "video.preset=ultrafast", "--yes"]
@@ -129,7 +131,7 @@ def test_a_job_interrupted_on_one_machine_resumes_on_the_cluster(
     runtime = Runtime(job.runtime)
 
     def first_then_stop(render, folder, plan, todo, progress) -> None:  # type: ignore[no-untyped-def]
-        pipeline._render_missing(render, folder, plan, todo[:1], progress)
+        render_missing(render, folder, plan, todo[:1], progress)
         raise KeyboardInterrupt  # Ctrl-C after one segment
 
     with pytest.raises(Cancelled, match="1 of 3 segments"):
@@ -146,7 +148,7 @@ def test_a_worker_that_cannot_see_the_target_refuses(clip: Path, tmp_path: Path)
     """The check each actor runs first, on a plain SegmentWorker (no Ray needed): a missing target, or another
     file at its path than the driver's, is an InvalidInput naming the host, raised by the first `render`."""
     args = cli.build_parser().parse_args(["run", "--target", str(clip), "--output", str(tmp_path / "o.mp4"), *ARGS])
-    raw = pipeline.absolute_raw(cli.job_from_args(args))
+    raw = sidecar.absolute_raw(cli.job_from_args(args))
     info = video.probe(clip)
     segment = segments.plan(FRAMES, SEGMENT).segments[0]
     work = tmp_path / "work"

@@ -3,8 +3,9 @@ run through `cli.main` as a user runs it.
 
 Each case ends in a correct output or a typed one-line `error:` with its exit code, as README's table "What
 happens with unusual inputs" says (the test checks that table names every case with its exit code). After every
-case: no traceback, no output or partial file left by a failed job, no new file but the output and its sidecar
-after a good one, nothing left in the temp folder, and no ffmpeg child left running or unreaped.
+case: no traceback, no warning, no output, partial file or folder left by a failed job, no new file but the output
+and its sidecar after a good one, nothing at all left in the temp folder, and no ffmpeg child left running or
+unreaped. Timing is measured on the output: frame times against the target's, and a flash against a beep.
 """
 
 from __future__ import annotations
@@ -13,21 +14,26 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ffmpeg_children
+from conftest import ROOT, ffmpeg_children
+from mediakit import VFR_SETPTS, beep_time, flash_and_beep, flash_time, seconds
 from PIL import Image
 
 import cli
-from engine import demo, pipeline, video
+from engine import demo, jobdir, pipeline, segmented
+from engine import media as video
 from engine.types import Frame
 
-ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["mediafixtures"]
+
 # The fastest chain that still runs a real model: the embedded Real-ESRGAN at ×1 (no size change).
 ENHANCE = ["--processors", "frame_enhancer", "--set", "frame_enhancer.scale=1"]
 SIZE = (64, 48)
@@ -108,6 +114,11 @@ class Setup:
     output: Path
     args: list[str] = field(default_factory=lambda: list(ENHANCE))
     keep: bytes | None = None  # content of a file already at `output`, which a refused run must not touch
+    cwd: Path | None = None  # run from this folder (target and output relative to it)
+    env: dict[str, str] = field(default_factory=dict)
+    # Changes to the engine while it runs (something else filling a disk mid-render), given the monkeypatch.
+    patch: Callable[[pytest.MonkeyPatch], None] | None = None
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,7 @@ class Case:
     frames: int | None = None  # good video outputs: frames written
     size: tuple[int, int] | None = None  # good outputs: (width, height) of the file
     check: Callable[[Setup, dict], None] | None = None  # more assertions on a good output, given its sidecar
+    after: Callable[[Setup], None] | None = None  # more assertions on a refused run
 
 
 def video_case(name: str, **kw: object) -> Callable[[Path], Setup]:
@@ -316,6 +328,249 @@ def _source_is_video(d: Path) -> Setup:
     return swap(still(d / "face.png", faces(1)), d / "out" / "out.png", clip(d / "clip.mp4"))
 
 
+# -- timing and sync --------------------------------------------------------------------------------------------
+
+
+def _in_sync(setup: Setup, sidecar: dict) -> None:
+    """The output's flash and beep are within one frame of each other, as in the target, and its picture starts
+    at its time 0."""
+    info = video.probe(setup.output)
+    frame = Fraction(info.duration) / info.frame_count
+    assert abs(flash_time(setup.target) - beep_time(setup.target)) <= frame
+    assert abs(flash_time(setup.output) - beep_time(setup.output)) <= frame
+    assert info.start_time == 0
+
+
+def _same_times(tick: Fraction = Fraction(0)) -> Callable[[Setup, dict], None]:
+    """Every output frame is shown at its target frame's time (to `tick`, the output container's resolution)."""
+
+    def check(setup: Setup, sidecar: dict) -> None:
+        got, want = seconds(video.probe(setup.output)), seconds(video.probe(setup.target))
+        assert len(got) == len(want)
+        assert all(abs(g - w) <= tick for g, w in zip(got, want, strict=True)), (got, want)
+
+    return check
+
+
+def _late_video(d: Path) -> Setup:
+    return Setup(flash_and_beep(d / "late.mp4", 0.8, video_offset=1.0), d / "out" / "out.mp4")
+
+
+def _late_audio(d: Path) -> Setup:
+    # The picture starts first, the sound half a second later: a copy of the audio keeps its delay.
+    plain = flash_and_beep(d / "plain.mp4", 0.8)
+    ffmpeg("-i", str(plain), "-itsoffset", "0.5", "-i", str(plain), "-map", "0:v", "-map", "1:a", "-c", "copy",
+           str(d / "late_audio.mp4"))  # fmt: skip
+    plain.unlink()
+    # The beep moved with the audio: 1.3 s; the flash stays at 0.8 s. Sync is kept, so they stay 0.5 s apart.
+    return Setup(d / "late_audio.mp4", d / "out" / "out.mp4")
+
+
+def _late_audio_check(setup: Setup, sidecar: dict) -> None:
+    assert abs(beep_time(setup.output) - flash_time(setup.output) - 0.5) <= 0.04
+
+
+def _edit_list_cut(d: Path) -> Setup:
+    # `-ss 0.5 -c copy`: both tracks get an edit list that starts them mid-packet.
+    source = flash_and_beep(d / "source.mp4", 1.2)
+    ffmpeg("-ss", "0.5", "-i", str(source), "-c", "copy", str(d / "cut.mp4"))
+    source.unlink()
+    return Setup(d / "cut.mp4", d / "out" / "out.mp4")
+
+
+def _vfr_beep(d: Path) -> Setup:
+    return Setup(flash_and_beep(d / "vfr.mp4", 2.5, vfr=True), d / "out" / "out.mp4")
+
+
+def _uneven_gif(d: Path, out_suffix: str) -> Setup:
+    # Delays of 10, 20, 30, 40, 10 and 20 hundredths of a second.
+    select = "select='eq(n,0)+eq(n,10)+eq(n,30)+eq(n,60)+eq(n,100)+eq(n,110)'"
+    ffmpeg("-f", "lavfi", "-i", f"testsrc2=size={SIZE[0]}x{SIZE[1]}:rate=100:duration=1.3", "-vf", select,
+           "-fps_mode", "passthrough", str(d / "uneven.gif"))  # fmt: skip
+    return Setup(d / "uneven.gif", d / "out" / f"out{out_suffix}")
+
+
+def _gif_check(setup: Setup, sidecar: dict) -> None:
+    assert video.probe(setup.output).timestamps == video.probe(setup.target).timestamps == (0, 10, 30, 60, 100, 110)
+    assert "synthetic=true" in video.read_video_metadata(setup.output)["comment"]
+
+
+def _fps_by_time(d: Path) -> Setup:
+    target = clip(d / "vfr12.mp4", frames=12, audio=False, extra=("-vf", VFR_SETPTS, "-fps_mode", "passthrough"))
+    return Setup(target, d / "out" / "out.mp4", [*ENHANCE, "--set", "video.fps=4"])
+
+
+def _fps_check(setup: Setup, sidecar: dict) -> None:
+    """A constant 4 fps: slot k at k/4 s (which frame fills each slot is pinned, bit for bit, in
+    test_media_decode.py)."""
+    out = video.probe(setup.output)
+    assert seconds(out) == [Fraction(k, 4) for k in range(out.frame_count)] and not out.vfr
+    assert sidecar["span"]["fps"] == "4/1"
+
+
+# -- valid files that look damaged ------------------------------------------------------------------------------
+
+
+def _open_gop_cut(d: Path, suffix: str, hevc: bool = False) -> Setup:
+    if hevc:
+        codec = ("-c:v", "libx265", "-preset", "fast", "-x265-params",
+                 "log-level=error:keyint=12:min-keyint=12:open-gop=1:bframes=3:scenecut=0")  # fmt: skip
+    else:
+        codec = ("-c:v", "libx264", "-preset", "medium", "-pix_fmt", "yuv420p",
+                 "-x264-params", "open-gop=1:keyint=12:min-keyint=12:scenecut=0:bframes=3")  # fmt: skip
+    source = clip(d / "gop.mp4", frames=36, codec=codec)
+    ffmpeg("-ss", "1.25", "-i", str(source), "-c", "copy", str(d / f"cut{suffix}"))
+    source.unlink()
+    return Setup(d / f"cut{suffix}", d / "out" / "out.mp4")
+
+
+def _all_frames(setup: Setup, sidecar: dict) -> None:
+    assert video.probe(setup.output).frame_count == video.probe(setup.target).frame_count > 0
+
+
+# -- paths that are not what they look like ---------------------------------------------------------------------
+
+
+def _dash_target(d: Path) -> Setup:
+    clip(d / "-x.mp4")
+    return Setup(Path("-x.mp4"), Path("out") / "out.mp4", cwd=d)
+
+
+def _dash_output(d: Path) -> Setup:
+    clip(d / "clip.mp4")
+    return Setup(Path("clip.mp4"), Path("-o.mp4"), cwd=d)
+
+
+def _protocol_path(d: Path) -> Setup:
+    clip(d / "concat:a|b.mp4")
+    return Setup(Path("concat:a|b.mp4"), Path("out") / "http:o.mp4", cwd=d)
+
+
+# -- limits of the file system and the formats ------------------------------------------------------------------
+
+
+def _long_name(d: Path) -> Setup:
+    return Setup(clip(d / "clip.mp4"), d / "out" / ("o" * 246 + ".mp4"))
+
+
+def _wide_webp(d: Path) -> Setup:
+    target = still(d / "strip.webp", pattern((4200, 8)), lossless=True)
+    return Setup(target, d / "out" / "out.webp", ["--processors", "frame_enhancer", "--set", "frame_enhancer.scale=4"])
+
+
+def _wide_video(d: Path) -> Setup:
+    return Setup(clip(d / "strip.mp4", size=(4100, 16), frames=2, audio=False), d / "out" / "out.mp4",
+                 ["--processors", "frame_enhancer", "--set", "frame_enhancer.scale=4"])  # fmt: skip
+
+
+def _huge_png(d: Path) -> Setup:
+    # 90 million 1-bit pixels: valid, small on disk, above Pillow's decompression-bomb warning (89.5 million).
+    Image.new("1", (9500, 9500)).save(d / "huge.png")
+    return Setup(d / "huge.png", d / "out" / "out.png")
+
+
+# -- races, full disks and leftovers ----------------------------------------------------------------------------
+
+
+def _output_taken(d: Path) -> Setup:
+    """Another facestudio process holds the output (it claimed it and is rendering)."""
+    output = d / "out" / "out.mp4"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+         "from engine.outputs import OutputClaim; OutputClaim.claim(Path(sys.argv[2]), False); print(flush=True); "
+         "time.sleep(120)", str(ROOT), str(output)],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline() == b"\n"
+    setup = Setup(clip(d / "clip.mp4"), output)
+    setup.cleanup.append(lambda: (holder.kill(), holder.wait()))
+    return setup
+
+
+def _mount(d: Path, setup: Setup, name: str, size: str) -> Path:
+    """A tmpfs of `size` beside the case's folder `d` (the case is skipped where no tmpfs can be mounted)."""
+    folder = d.parent / name
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (the media tests simulate a full disk instead)")
+    setup.cleanup.append(lambda: subprocess.run(["umount", "-l", str(folder)], check=False))
+    (folder / "filler").touch()
+    return folder
+
+
+def _only_the_filler(setup: Setup) -> None:
+    """Nothing of the refused run is left on the full disk: no output, staged file, lock or folder."""
+    assert [p.name for p in setup.output.parent.iterdir()] == ["filler"]
+
+
+def _fill(folder: Path, leave: int) -> None:
+    """Fill the disk of `folder` until `leave` bytes are free (another program writing there)."""
+    with (folder / "filler").open("wb") as f:
+        while (free := jobdir.free_bytes(folder)) > leave:
+            f.write(b"\0" * min(free - leave, 1 << 20))
+            f.flush()
+
+
+def _full_jobs_disk(d: Path) -> Setup:
+    """The jobs folder's disk fills up while the second of three segments is being rendered."""
+    setup = Setup(
+        clip(d / "noise.mp4", size=(64, 64), frames=18, audio=False, extra=("-vf", "noise=alls=100:allf=t")),
+        d / "out" / "out.mp4",
+        [*ENHANCE, "--set", "video.segment_frames=6", "--set", "video.crf=0"],
+    )
+    jobs = _mount(d, setup, "jobs", "24m")
+    setup.env["FACESTUDIO_JOBS"] = str(jobs)
+    finish = jobdir.JobFolder.finish
+
+    def finish_then_fill(self: jobdir.JobFolder, *args: object, **kwargs: object) -> None:
+        finish(self, *args, **kwargs)  # type: ignore[arg-type]
+        if len(self.done) == 1:
+            _fill(jobs, 4096)
+
+    setup.patch = lambda monkeypatch: monkeypatch.setattr(jobdir.JobFolder, "finish", finish_then_fill)
+    return setup
+
+
+def _kept_segments(setup: Setup) -> None:
+    (folder,) = Path(setup.env["FACESTUDIO_JOBS"]).glob("[0-9a-f]" * 16)
+    assert sorted(p.name for p in folder.glob("seg-*.mp4")) == ["seg-00000.mp4"]
+
+
+def _full_output_disk(d: Path) -> Setup:
+    """The output's disk fills up after every segment is rendered, before they are joined."""
+    setup = Setup(
+        clip(d / "noise.mp4", size=(64, 64), frames=12, audio=False, extra=("-vf", "noise=alls=100:allf=t")),
+        d / "out" / "out.mp4",
+        [*ENHANCE, "--set", "video.segment_frames=6", "--set", "video.crf=0"],
+    )
+    disk = _mount(d, setup, "disk", "20m")
+    setup.output = disk / "out.mp4"
+    join = segmented.VideoJob.join
+
+    def fill_then_join(self: segmented.VideoJob, output: Path) -> video.MediaInfo:
+        _fill(disk, 4096)
+        return join(self, output)
+
+    setup.patch = lambda monkeypatch: monkeypatch.setattr(segmented.VideoJob, "join", fill_then_join)
+    setup.env["FACESTUDIO_JOBS"] = str(d.parent / "jobs")
+    return setup
+
+
+def _full_image_disk(d: Path) -> Setup:
+    noise = np.random.default_rng(0).integers(0, 256, (256, 256, 3), dtype=np.uint8)
+    setup = Setup(still(d / "noise.png", noise), d / "out.png")
+    disk = _mount(d, setup, "disk", "1m")
+    _fill(disk, 64 * 1024)  # room for the lock, not for the image
+    setup.output = disk / "out.png"
+    return setup
+
+
+def _fails_after_validation(d: Path) -> Setup:
+    # No face in the image: found only when its faces are looked for, after the output's folders were made.
+    return swap(still(d / "card.png"), d / "new" / "nested" / "out.png")
+
+
 CASES: dict[str, Case] = {
     "ordinary video with audio": Case(video_case("clip.mp4"), frames=6, size=SIZE, check=_audio(True)),
     "missing file": Case(lambda d: Setup(d / "nope.mp4", d / "out" / "out.mp4"), 2, "does not exist"),
@@ -394,14 +649,69 @@ CASES: dict[str, Case] = {
     "output file exists, --overwrite": Case(lambda d: _existing(d, True), frames=6, size=SIZE),
     "output is the target": Case(_same_as_target, 2, "is one of the inputs"),
     "video to an .avi output": Case(
-        lambda d: Setup(clip(d / "clip.mp4"), d / "out" / "out.avi"), 2, "use one of .m4v, .mkv, .mov, .mp4"
+        lambda d: Setup(clip(d / "clip.mp4"), d / "out" / "out.avi"), 2, "use one of .gif, .m4v, .mkv, .mov, .mp4"
     ),
     "PNG to a .gif output": Case(image_case("card.png", still, ".gif"), 2, "the output must be PNG (.png)"),
+    "video stream starts 1 s after its audio": Case(_late_video, frames=50, size=SIZE, check=_in_sync),
+    "audio starts 0.5 s after the video": Case(_late_audio, frames=50, size=SIZE, check=_late_audio_check),
+    "MP4 cut by stream copy (edit lists)": Case(_edit_list_cut, frames=37, size=SIZE, check=_in_sync),
+    "variable frame rate, frame durations change": Case(
+        _vfr_beep, frames=12, size=SIZE, check=lambda s, d: (_same_times()(s, d), _in_sync(s, d))
+    ),
+    "variable frame rate to Matroska": Case(
+        lambda d: Setup(_vfr_beep(d).target, d / "out" / "out.mkv"),
+        frames=12,
+        size=SIZE,
+        check=_same_times(Fraction(1, 1000)),
+    ),  # fmt: skip
+    "animated GIF with uneven delays, video output": Case(
+        lambda d: _uneven_gif(d, ".mp4"), frames=6, size=SIZE, check=_same_times()
+    ),
+    "animated GIF with uneven delays, GIF output": Case(
+        lambda d: _uneven_gif(d, ".gif"), frames=6, size=SIZE, check=_gif_check
+    ),
+    "video to an animated GIF": Case(lambda d: Setup(clip(d / "clip.mp4"), d / "out" / "out.gif"), frames=6, size=SIZE),
+    "variable frame rate, video.fps=4": Case(_fps_by_time, frames=13, size=SIZE, check=_fps_check),
+    "open-GOP cut in Matroska (H.264)": Case(
+        lambda d: _open_gop_cut(d, ".mkv"), frames=24, size=SIZE, check=_all_frames
+    ),  # fmt: skip
+    "open-GOP cut in Matroska (HEVC)": Case(
+        lambda d: _open_gop_cut(d, ".mkv", hevc=True), frames=24, size=SIZE, check=_all_frames
+    ),  # fmt: skip
+    "open-GOP cut in MP4 (edit list)": Case(
+        lambda d: _open_gop_cut(d, ".mp4"), frames=21, size=SIZE, check=_all_frames
+    ),  # fmt: skip
+    "target path that starts with -": Case(_dash_target, frames=6, size=SIZE),
+    "output path that starts with -": Case(_dash_output, frames=6, size=SIZE),
+    "paths that look like protocols (concat:, http:)": Case(_protocol_path, frames=6, size=SIZE),
+    "output name of 250 characters": Case(_long_name, 2, "with its sidecar's .job.json it must fit in 255"),
+    "image output beyond its format's largest size": Case(_wide_webp, 2, "WEBP images are at most 16383×16383"),
+    "video output beyond the encoder's largest size": Case(_wide_video, 2, "libx264 encodes at most 16384×16384"),
+    "large valid PNG (a decompression-bomb warning in Pillow)": Case(_huge_png, 2, "above runtime.max_pixels"),
+    "another run is writing the same output": Case(_output_taken, 2, "is writing"),
+    "jobs folder's disk fills up mid-render": Case(
+        _full_jobs_disk,
+        2,
+        "is full (writing seg-00001.mp4); 1 of 3 segments (6 of 18 frames) are kept in",
+        after=_kept_segments,
+    ),
+    "output's disk fills up at the join": Case(
+        _full_output_disk, 2, "; 2 of 2 segments (12 of 12 frames) are kept in", after=_only_the_filler
+    ),
+    "image output onto a full disk": Case(
+        _full_image_disk, 2, "is full (writing the image out.png): free at least", after=_only_the_filler
+    ),
+    "job fails after validation, output folders new": Case(_fails_after_validation, 2, "no face to process"),
 }
 
 
 def _files(folder: Path) -> set[Path]:
     return {p for p in folder.rglob("*") if p.is_file()}
+
+
+def _entries(folder: Path) -> set[Path]:
+    """Every file and folder under `folder`."""
+    return set(folder.rglob("*"))
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
@@ -415,26 +725,53 @@ def test_unusual_input(
     work = tmp_path / "case"
     work.mkdir()
     setup = case.make(work)
-    before = _files(work)
+    try:
+        _run_case(case, setup, work, temp, monkeypatch, capsys)
+    finally:
+        for cleanup in setup.cleanup:
+            cleanup()
+
+
+def _run_case(
+    case: Case,
+    setup: Setup,
+    work: Path,
+    temp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before, entries = _files(work), _entries(work)
     # A private temp folder, so a leftover is this run's and no other test's.
     monkeypatch.setenv("TMPDIR", str(temp))
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    for key, value in setup.env.items():
+        monkeypatch.setenv(key, value)
+    if setup.cwd is not None:
+        monkeypatch.chdir(setup.cwd)
+    if setup.patch is not None:
+        setup.patch(monkeypatch)
     capsys.readouterr()
 
-    code = cli.main(["run", "--target", str(setup.target), "--output", str(setup.output), "--yes", *setup.args])
+    code = cli.main([
+        "run", f"--target={setup.target}", f"--output={setup.output}", "--yes", *setup.args
+    ])  # fmt: skip
 
     out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
+    assert "Traceback" not in out + err and "Warning" not in err
     assert code == case.code, err
-    assert [p for p in os.listdir(temp) if p.startswith("facestudio")] == []  # (ONNX Runtime leaves a .ses)
+    assert os.listdir(temp) == []  # nothing in TMPDIR, not even ONNX Runtime's telemetry file
     assert ffmpeg_children() == []
+    if setup.cwd is not None:
+        setup.target, setup.output = setup.cwd / setup.target, setup.cwd / setup.output
     sidecar = pipeline.sidecar_path(setup.output)
     if case.code != 0:
         lines = err.splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and case.error in lines[0], err
-        assert _files(work) == before  # nothing written, nothing partial
+        assert _entries(work) == entries  # nothing written, nothing partial, no folder made
         if setup.keep is not None:
             assert setup.output.read_bytes() == setup.keep
+        if case.after is not None:
+            case.after(setup)
         return
     assert "error" not in err, err
     assert out.startswith("done: ")

@@ -201,7 +201,7 @@ def test_encoder_test_command() -> None:
         "-frames:v", "1", "-c:v", "h264_nvenc", "-f", "null", "-",
     ]  # fmt: skip
     # libx264 really encodes here, through the same command the NVENC check uses.
-    from engine import video
+    from engine import media as video
 
     assert doctor.encoder_works(video.find_ffmpeg(), "libx264") == (True, None)
     works, error = doctor.encoder_works(video.find_ffmpeg(), "no_such_encoder")

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import cli
-from engine import demo, video
+from engine import demo
+from engine import media as video
 
 
 def models_folder() -> Path:

@@ -19,7 +19,8 @@ from spandrel.architectures.RestoreFormer import RestoreFormer
 from spandrel_extra_arches.architectures.CodeFormer import CodeFormer
 
 import cli
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.faces.align import estimate_affine, warp_face
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.faces.masks import crop_mask

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 import cli
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.faces.landmark_swap import OUTLINE
 from engine.faces.stage import FaceStage

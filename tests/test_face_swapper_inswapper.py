@@ -25,8 +25,9 @@ import pytest
 from test_buffalo_inswapper import CountingSession, tiny_arcface, tiny_inswapper
 
 import cli
-from engine import demo, video
-from engine.faces import inswapper
+from engine import demo
+from engine import media as video
+from engine.faces import swapper
 from engine.faces.align import estimate_affine, warp_face
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.job import RuntimeSettings
@@ -240,7 +241,7 @@ def test_sessions_agree_on_the_real_crop_and_latent(env: Env, face: Face, monkey
     arc = warp_face(source, estimate_affine(hopper.landmarks5, "arcface_112", 112), 112)
     (embedding,) = rec.session.run({rec.spec.io.input: to_tensor(arc[None], rec.spec.io)})
     by_onnx, by_torch = runtime.load(SWAPPER, "onnx"), runtime.load(SWAPPER, "torch")
-    latent = inswapper.source_latent(embedding[0], inswapper.emap_from_onnx(runtime.local_path(by_onnx.file)))
+    latent = swapper.latent(by_onnx.spec.swap, embedding, emap=swapper.emap_from_onnx(runtime.local_path(by_onnx.file)))
     crop = warp_face(demo.photo(), estimate_affine(face.landmarks5, "arcface_128", 128), 128)
     io = by_onnx.spec.io
     inputs = {io.input: to_tensor(crop[None], io), io.source: latent}

@@ -261,3 +261,46 @@ def test_verify_states(payload: bytes, tmp_path: Path) -> None:
     assert verify(item, tmp_path) == "ok"
     (tmp_path / "v.onnx").write_bytes(payload[:-1] + bytes([payload[-1] ^ 1]))
     assert verify(item, tmp_path) == "mismatch"
+
+
+# -- files no public record gives a sha256 for ------------------------------------------------------------------
+def test_an_unpinned_file_is_fetched_only_when_trusted(server: Server, payload: bytes, tmp_path: Path) -> None:
+    item = Item("ghost.onnx", f"{server.base_url}/ghost.onnx", None, None)  # type: ignore[arg-type]
+    server.state.files["ghost.onnx"] = payload
+    # Asked for as part of a job (ensure) or fetched plainly: refused before any byte is requested.
+    for call in (lambda: ensure([item], tmp_path, offline=False), lambda: fetch(item, tmp_path)):
+        with pytest.raises(ModelUnavailable) as info:
+            call()
+        message = str(info.value)
+        assert "no published sha256" in message and "--trust-first" in message and item.url in message
+        assert str(tmp_path) in message and "\n" not in message
+    assert server.state.requests == []
+    # Trusted: downloaded as it comes (resuming a cut like any download), the caller hashes what arrived.
+    server.state.cut_next_after = CUT_AT
+    with pytest.raises(ModelUnavailable):
+        fetch(item, tmp_path, trust_first=True)
+    path = fetch(item, tmp_path, trust_first=True)
+    assert path.read_bytes() == payload and server.state.requests[-1] == ("ghost.onnx", f"bytes={CUT_AT}-")
+    # A copy already there is taken as it is (nothing is requested), and never counts as verified by itself.
+    before = len(server.state.requests)
+    assert fetch(item, tmp_path, trust_first=True) == path and len(server.state.requests) == before
+    assert verify(item, tmp_path) == "missing"
+
+
+def test_a_mismatch_against_a_single_record_says_so(server: Server, payload: bytes, tmp_path: Path) -> None:
+    from engine.models.manifest import FileSpec
+
+    wrong = "0" * 64
+    server.state.files["one.onnx"] = payload
+    single = FileSpec(format="onnx", filename="one.onnx", url=f"{server.base_url}/one.onnx", sha256=wrong, records=1)
+    with pytest.raises(ChecksumMismatch, match="only one public record backed this sha256"):
+        fetch(single, tmp_path)
+    several = single.model_copy(update={"records": None})
+    with pytest.raises(ChecksumMismatch) as info:
+        fetch(several, tmp_path)
+    assert "record" not in str(info.value)
+    # A placed file that does not match is refused with the same note, and left where it is.
+    (tmp_path / "one.onnx").write_bytes(payload)
+    with pytest.raises(ChecksumMismatch, match="only one public record"):
+        ensure([single], tmp_path, offline=True)
+    assert (tmp_path / "one.onnx").exists()

@@ -67,7 +67,10 @@ def test_unknown_override_keys(sets: list[str], message: str) -> None:
         ({"frame_enhancer": {"model": "gfpgan"}}, "frame_enhancer.model: Value error, unknown frame_enhancer model"),
         ({"frame_enhancer": {"tile": 8}}, "frame_enhancer.tile: Value error, tile must be 0"),
         ({"runtime": {"device": "tpu"}}, "runtime.device: String should match pattern"),
-        ({"processors": ["morpher"]}, "unknown processor 'morpher'; available: face_swapper, face_enhancer, frame"),
+        (
+            {"processors": ["morpher"]},
+            "unknown processor 'morpher'; available: face_swapper, expression_restorer, lip_syncer, face_enhancer",
+        ),
         ({"processors": []}, "no processors chosen"),
         ({"colour": 1}, "unknown setting 'colour'"),
     ],
@@ -98,13 +101,18 @@ def test_builtin_presets_validate_and_preset_rejects_target() -> None:
 
 
 def test_missing_preset_names_the_builtin_ones() -> None:
-    with pytest.raises(InvalidJob, match="preset 'nope' not found; built-in presets: anime, default, inswapper"):
+    with pytest.raises(InvalidJob) as caught:
         load_preset_raw("nope")
+    assert str(caught.value) == (
+        "preset 'nope' not found; presets: anime, default, hyperswap, inswapper, lip_sync, photo_x4, swap_enhance,"
+        " swap_restore, upscale"
+    )
 
 
 def test_schema_lists_every_processor_and_group() -> None:
     schema = preset_schema(REGISTRY)
-    expected = {"processors", "face_swapper", "face_enhancer", "frame_enhancer", "faces", "video", "runtime"}
+    expected = {"processors", "face_swapper", "expression_restorer", "lip_syncer", "face_enhancer", "frame_enhancer"}
+    expected |= {"faces", "video", "runtime"}
     assert set(schema["properties"]) == expected
     fe = schema["properties"]["frame_enhancer"]["properties"]
     assert fe["scale"]["anyOf"][0]["maximum"] == 4.0

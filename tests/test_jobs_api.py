@@ -15,7 +15,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.health import Readiness
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame

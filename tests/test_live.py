@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.errors import InvalidInput
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.job import Job

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.live import testcard
 from tests.test_live import swapped_towards_source

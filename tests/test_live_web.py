@@ -26,7 +26,7 @@ from aiortc.rtp import RtpPacket
 from av import AudioFrame, VideoFrame
 from fastapi import FastAPI
 
-from engine import video
+from engine import media as video
 from engine.live import testcard
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from processors import REGISTRY

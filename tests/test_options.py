@@ -76,8 +76,15 @@ def test_explicitly_given_settings_that_do_not_apply_are_reported() -> None:
 def test_the_preset_schema_carries_the_same_facts() -> None:
     props = preset_schema(REGISTRY)["properties"]
     boost = props["face_swapper"]["properties"]["pixel_boost"]
-    assert boost["x-facestudio"] == {"unless": {"model": ["landmark_warp"]}, "unit": "px"}
-    assert boost["enum"] == [128, 256, 512]
+    assert boost["x-facestudio"] == {
+        "unless": {"model": ["landmark_warp"]},
+        "unit": "px",
+        "suggest": [128, 256, 384, 512, 768, 1024],
+    }
+    # The swapper's model is a catalogue id: the schema lists the catalogue's face swappers.
+    assert {"landmark_warp", "inswapper_128", "hyperswap_1a_256"} <= set(
+        props["face_swapper"]["properties"]["model"]["enum"]
+    )
     assert props["face_enhancer"]["properties"]["fidelity"]["x-facestudio"] == {"when": {"model": ["codeformer"]}}
     assert props["runtime"]["properties"]["batch"]["x-facestudio"]["suggest"] == ["auto", 1, 2, 4, 8, 16]
 

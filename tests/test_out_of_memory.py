@@ -11,10 +11,10 @@ import pytest
 
 from engine import demo
 from engine.backends.onnx import is_out_of_memory
+from engine.chain import BatchLimit, process_batch
 from engine.errors import OutOfMemory
 from engine.job import RuntimeSettings
 from engine.models.runtime import Runtime
-from engine.pipeline import BatchLimit, process_batch
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame
 from processors.frame_enhancer import FrameEnhancer, FrameEnhancerOptions

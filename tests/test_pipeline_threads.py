@@ -6,7 +6,7 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator
 
-from engine import pipeline
+from engine import workers
 
 
 def _frames_then_stall(stop: threading.Event) -> Iterator[int]:
@@ -29,10 +29,10 @@ def test_stopping_mid_stream_ends_the_decoder_and_the_analysis_thread() -> None:
     stop = threading.Event()
     decoded: queue.Queue[object] = queue.Queue(maxsize=2)
     annotated: queue.Queue[object] = queue.Queue(maxsize=2)
-    decode = pipeline._Worker("decode", lambda: pipeline._produce(_frames_then_stall(stop), decoded, stop))
-    source = pipeline._drain(decoded, decode, stop)
-    analyse = pipeline._Worker("faces", lambda: pipeline._produce(_hold_back(source), annotated, stop))
-    stream = pipeline._drain(annotated, analyse, stop)
+    decode = workers.Worker("decode", lambda: workers.produce(_frames_then_stall(stop), decoded, stop))
+    source = workers.drain(decoded, decode, stop)
+    analyse = workers.Worker("faces", lambda: workers.produce(_hold_back(source), annotated, stop))
+    stream = workers.drain(annotated, analyse, stop)
     assert [next(stream) for _ in range(2)] == [0, 1]
     # The analysis thread has pulled every frame and waits for more; the run ends with the stream not exhausted
     # (a resume whose plan's last segment was already done).

@@ -17,7 +17,7 @@ import pytest
 from conftest import audio_seconds, live_children
 
 import cli
-from engine import video
+from engine import media as video
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAMES, FPS, SEGMENT = 90, 30, 15

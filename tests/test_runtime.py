@@ -4,6 +4,7 @@ sha256-pinned in a temp manifest, loaded on both backends (weights_only), export
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,15 @@ from conftest import Server
 from spandrel.architectures.Compact import Compact as SRVGGNetCompact
 
 import cli
-from engine import video
-from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable, UnsafeWeights
+from engine import media as video
+from engine.errors import (
+    BackendUnavailable,
+    ChecksumMismatch,
+    InvalidInput,
+    ModelSignatureMismatch,
+    ModelUnavailable,
+    UnsafeWeights,
+)
 from engine.job import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, Runtime
@@ -201,8 +209,8 @@ def test_cached_conversion_is_verified_before_reuse(tiny: tuple[Runtime, Path]) 
     runtime, _ = tiny
     runtime.load("realesr_general_x4v3", "onnx")
     (graph,) = (runtime.folders.cache / "onnx").glob("*.onnx")
-    record = graph.with_name(f"{graph.name}.sha256")
-    assert record.read_text().strip() == hashlib.sha256(graph.read_bytes()).hexdigest()
+    record = json.loads(graph.with_name(f"{graph.name}.record.json").read_text())
+    assert record["sha256"] == hashlib.sha256(graph.read_bytes()).hexdigest()
 
     # A later process (a fresh runtime) reuses the graph only while it still has the recorded sha256.
     built = graph.stat().st_mtime_ns
@@ -216,26 +224,28 @@ def test_cached_conversion_is_verified_before_reuse(tiny: tuple[Runtime, Path]) 
         fresh.load("realesr_general_x4v3", "onnx")
     assert graph.read_bytes() == tampered
 
-    # A graph cached before graphs had a record is rebuilt from the verified weights, and recorded.
-    record.unlink()
+    # A graph without a record (cached by an older version, or its record lost) is rebuilt from the verified
+    # weights, and recorded.
+    graph.with_name(f"{graph.name}.record.json").unlink()
     fresh.load("realesr_general_x4v3", "onnx")
-    assert (
-        record.read_text().strip()
-        == hashlib.sha256(graph.read_bytes()).hexdigest()
-        != hashlib.sha256(tampered).hexdigest()
-    )
+    rebuilt = json.loads(graph.with_name(f"{graph.name}.record.json").read_text())["sha256"]
+    assert rebuilt == hashlib.sha256(graph.read_bytes()).hexdigest() != hashlib.sha256(tampered).hexdigest()
 
 
 def test_a_file_that_is_not_what_the_manifest_says_is_a_typed_error(tiny: tuple[Runtime, Path], tmp_path: Path) -> None:
-    # The manifest calls the (pickled) tiny.pth an ONNX graph: loading it says so in one line, on either backend.
+    # The manifest calls the (pickled) tiny.pth an ONNX graph (declaring its I/O, as a downloaded graph must):
+    # loading it says so in one line, on either backend.
     text = (tmp_path / "manifest.toml").read_text().replace('format = "pth"', 'format = "onnx"')
+    text = text.replace(
+        "output_range = [0.0, 1.0]\n", 'output_range = [0.0, 1.0]\ninputs = [{ name = "input" }]\noutputs = [{}]\n', 1
+    )
     (tmp_path / "onnx_manifest.toml").write_text(text)
     for backend in ("torch", "onnx"):
         runtime = Runtime(
             RuntimeSettings(device="cpu"), manifest=Manifest.load(tmp_path / "onnx_manifest.toml"),
             folders=tiny[0].folders,
         )  # fmt: skip
-        with pytest.raises((InvalidInput, BackendUnavailable), match="tiny.pth") as info:
+        with pytest.raises((InvalidInput, BackendUnavailable, ModelSignatureMismatch), match="tiny.pth") as info:
             runtime.load("realesr_general_x4v3", backend)
         assert "\n" not in str(info.value)
 

@@ -1,15 +1,14 @@
-"""Segment planning (pure), the concat command lines, and reading a span from a later frame on."""
+"""Segment planning (pure), and reading a span from a later frame on (what a resumed job or a worker does)."""
 
 from __future__ import annotations
 
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from engine import demo, segments, video
-from engine import ffmpeg_commands as cmd
+from engine import demo, segments
+from engine import media as video
 from engine.segments import Segment
 
 FF = "/opt/ff/ffmpeg"
@@ -82,52 +81,6 @@ def test_disk_estimate_grows_with_pixels_and_quality() -> None:
     assert with_audio - small == 10 * 320_000 // 8  # 10 s of audio
 
 
-def test_concat_list_durations_add_up_exactly() -> None:
-    text = cmd.concat_list(
-        [(Path("/j/seg-00000.mp4"), 15), (Path("/j/it's/seg-00001.mp4"), 15), (Path("/j/seg-00002.mp4"), 7)],
-        Fraction(30000, 1001),
-    )
-    assert text == (
-        "ffconcat version 1.0\n"
-        "file '/j/seg-00000.mp4'\nduration 0.500500\n"
-        "file '/j/it'\\''s/seg-00001.mp4'\nduration 0.500500\n"
-        "file '/j/seg-00002.mp4'\nduration 0.233567\n"
-    )
-    # A rate whose frame time is not a whole number of microseconds: joints are rounded, never drift.
-    many = cmd.concat_list([(Path(f"/j/{i}.mp4"), 1) for i in range(3000)], Fraction(24000, 1001))
-    total = sum(float(line.split()[1]) for line in many.splitlines() if line.startswith("duration"))
-    assert abs(total - 3000 * 1001 / 24000) < 1e-6
-    with pytest.raises(ValueError, match="at least one frame"):
-        cmd.concat_list([(Path("/j/a.mp4"), 0)], Fraction(25))
-
-
-def test_concat_args_copy_video_and_mux_the_cut_audio_once() -> None:
-    args = cmd.concat_args(
-        FF, Path("/j/concat.txt"), Path("/o/.out.partial.mp4"), Path("/v/in.mp4"), "aac", {"k": "v"},
-        audio_start=0.5, audio_end=1.5,
-    )  # fmt: skip
-    assert args == [
-        FF, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
-        "-f", "concat", "-safe", "0", "-i", "/j/concat.txt",
-        "-ss", "0.5", "-t", "1", "-i", "/v/in.mp4",
-        "-map", "0:v:0", "-map", "1:a:0?", "-c:a", "aac", "-b:a", "192k",
-        "-c:v", "copy",
-        "-metadata", "k=v", "-movflags", "+use_metadata_tags",
-        "-f", "mp4", "/o/.out.partial.mp4",
-    ]  # fmt: skip
-
-
-def test_concat_args_without_audio_hevc_mkv_and_mov() -> None:
-    assert cmd.concat_args(FF, Path("c.txt"), Path("o.mkv"), None, None, {}, encoder="libx265") == [
-        FF, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
-        "-f", "concat", "-safe", "0", "-i", "c.txt", "-map", "0:v:0", "-c:v", "copy", "-f", "matroska", "o.mkv",
-    ]  # fmt: skip
-    mov = cmd.concat_args(FF, Path("c.txt"), Path("o.mov"), Path("a.mov"), "pcm_s16le", {}, encoder="libx265")
-    assert mov[mov.index("1:a:0?") + 1 :] == [
-        "-c:a", "copy", "-c:v", "copy", "-tag:v", "hvc1", "-movflags", "+use_metadata_tags", "-f", "mov", "o.mov",
-    ]  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return demo.make_clip(tmp_path_factory.mktemp("clip") / "clip.mp4", width=48, height=32, count=36, fps=24)
@@ -154,26 +107,6 @@ def test_reader_skip_must_leave_a_frame(clip: Path) -> None:
     info = video.probe(clip)
     with pytest.raises(ValueError, match="skip must be in 0–35"):
         video.FrameReader(clip, info, skip=36)
-
-
-def test_segments_joined_play_as_one_constant_rate_video(clip: Path, tmp_path: Path) -> None:
-    frames = demo.frames(48, 32, 20)
-    plan = segments.plan(20, 6)
-    parts = []
-    for segment in plan.segments:
-        path = tmp_path / segment.name
-        with video.FrameWriter(path, 48, 32, "30000/1001", audio_from=None, metadata={}) as writer:
-            for frame in frames[segment.start : segment.stop]:
-                writer.write(frame)
-        parts.append((path, segment.frames))
-    out = tmp_path / "joined.mp4"
-    info = video.join_segments(
-        parts, out, Fraction(30000, 1001), tmp_path / "c.txt", clip, {"synthetic": "true"}, audio_end=0.5
-    )
-    assert (info.frame_count, info.fps_rational, info.vfr, info.has_audio) == (20, "30000/1001", False, True)
-    assert video.probe(out).duration == pytest.approx(20 * 1001 / 30000, abs=1e-3)
-    assert video.read_video_metadata(out)["synthetic"] == "true"
-    assert sorted(p.name for p in tmp_path.iterdir() if "partial" in p.name) == []
 
 
 def test_a_segment_is_a_plain_value() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.errors import InvalidInput
 from engine.service import Service
 from processors import REGISTRY
@@ -59,9 +60,36 @@ def test_a_live_stream_tracks_faces_instead_of_detecting_each_frame(clip: Path) 
 
 
 def test_models_say_what_is_here_and_what_can_be_downloaded() -> None:
-    statuses = {m.id: m for m in Service(REGISTRY).models()}
+    statuses = {m.id: m for m in Service(REGISTRY).catalogue.statuses()}
     embedded = statuses["realesr_animevideov3"]
     assert (embedded.availability, embedded.downloadable, embedded.size) == ("embedded", True, 2504012)
     dlib = statuses["dlib_resnet_v1"]
     assert (dlib.availability, dlib.downloadable) == ("embedded", False)  # nothing published to fetch
     assert statuses["inswapper_128"].commercial_use is False
+
+
+def test_a_preview_frame_carries_its_time_and_original_and_the_chain_is_bound_to_the_job(clip: Path) -> None:
+    from typing import ClassVar
+
+    from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
+    from processors import build_registry
+
+    seen: list[tuple[float | None, bool, str]] = []
+
+    class Recorder(FrameProcessor[ProcessorOptions]):
+        id: ClassVar[str] = "recorder"
+        title: ClassVar[str] = "Recorder"
+        Options: ClassVar[type[ProcessorOptions]] = ProcessorOptions
+
+        def bind_job(self, job: object) -> None:
+            self.target = job.target.name  # type: ignore[attr-defined]
+
+        def process(self, frames: list, ctxs: list[FrameContext]) -> list:
+            for frame, ctx in zip(frames, ctxs, strict=True):
+                seen.append((ctx.time, ctx.original is frame, self.target))
+            return list(frames)
+
+    service = Service(build_registry([*REGISTRY.values(), Recorder]))
+    service.preview({"processors": ["recorder"]}, clip, [], 6)
+    info = video.probe(clip)
+    assert seen == [(float(info.timestamps[6] * info.time_base), True, "clip.mp4")]

@@ -22,11 +22,15 @@ from conftest import live_children
 from test_resume import CHAIN, make_clip, start, wait_until
 
 import cli
-from engine import jobdir, pipeline, segments, video
+from engine import jobdir, pipeline, segments
+from engine import media as video
+from engine.chain import BatchLimit
 from engine.errors import Cancelled, InsufficientDiskSpace, InvalidInput
 from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.render import VideoRender
+from engine.segmented import VideoJob
 from engine.types import Frame
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,7 +189,9 @@ def test_the_estimate_counts_only_missing_segments_and_the_output(monkeypatch: p
         Fraction(1, 30), tuple(range(90)),
     )  # fmt: skip
     span = video.select(info)
-    pipeline._check_disk_space(job, info, span, (64, 48), plan, segments.missing(plan, {0, 1, 2}), Path("/j/k"))
+    render = VideoRender(job, [], Runtime(job.runtime), info, span, (64, 48), None, 1, BatchLimit(1))
+    done = {str(i): {"frames": 15, "bytes": 1} for i in (0, 1, 2)}
+    VideoJob(render, plan, jobdir.JobFolder(Path("/j/k"), {"done": done}), []).check_disk_space()
     assert asked == {
         Path("/j/k"): segments.estimate_video_bytes(64, 48, 45, 30.0, 18, audio=True),
         Path("/o"): segments.estimate_video_bytes(64, 48, 90, 30.0, 18, audio=True),

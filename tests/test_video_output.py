@@ -18,9 +18,11 @@ import pytest
 from conftest import audio_seconds
 
 import cli
-from engine import demo, pipeline, video
-from engine.errors import InvalidInput
+from engine import demo, pipeline
+from engine import media as video
+from engine.errors import DiskFull, InvalidInput
 from engine.job import Job
+from engine.media import tools
 from engine.models.runtime import Runtime
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame
@@ -131,7 +133,7 @@ def test_x265_output_is_hevc_tagged_for_apple_players(clip: Path, tmp_path: Path
 
 def test_missing_encoder_fails_before_any_frame(clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ffmpeg = video.find_ffmpeg()
-    monkeypatch.setattr(video, "available_encoders", lambda path: frozenset({"libx264", "aac"}))
+    monkeypatch.setattr(tools, "available_encoders", lambda path: frozenset({"libx264", "aac"}))
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     with pytest.raises(InvalidInput) as caught:
@@ -177,13 +179,13 @@ def test_an_output_whose_sidecar_cannot_be_written_is_removed(
     write_text = Path.write_text
 
     def full_disk_for_the_sidecar(self: Path, *args: Any, **kwargs: Any) -> int:
-        if self.name.endswith(".job.json.partial"):
+        if self.name.endswith(".job.partial"):
             self.write_bytes(b"{")  # half written when the disk filled up
             raise OSError(28, "No space left on device")
         return write_text(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "write_text", full_disk_for_the_sidecar)
     out = tmp_path / "o.mp4"
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiskFull, match=r"the disk of .* is full \(writing the sidecar o\.mp4\.job\.json\)"):
         run(clip, out, trim_end=0.5)
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no output without provenance, no .partial

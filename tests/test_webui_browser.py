@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine import demo, video
+from engine import demo
+from engine import media as video
 from engine.faces.embedded import EmbeddedAnalyser
 from webui.app import Studio, UISettings, launch
 

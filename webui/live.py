@@ -9,7 +9,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import cv2
 import gradio as gr
@@ -19,14 +19,13 @@ from fastapi.routing import APIRoute
 from engine import consent
 from engine.errors import FacestudioError, InvalidInput
 from engine.live.record import Recording
-from engine.video import FrameReader
+from engine.media import FrameReader
+from webui.cells import Settings
 from webui.history import Entry
 from webui.live_rtc import LiveHub, ice_servers, routes
 from webui.names import output_name, scrub_file
-from webui.studio import Session, user_message
-
-if TYPE_CHECKING:
-    from webui.page import Page
+from webui.privacy import owner_from
+from webui.studio import Session, Studio, user_message
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +63,20 @@ CSS = """
 """
 
 
+class StudioPage(Protocol):
+    """What the Live tab uses of the studio page (webui/page.py's Page, built before the tab): its settings and
+    their components, the source faces, and the history's version (bumped when an entry is added)."""
+
+    studio: Studio
+    settings: Settings
+    sources: gr.File
+    history_version: gr.State
+
+
 class LiveTab:
     """The Live tab's components and handlers; built inside the page's `gr.Tab("Live")` (webui/page.py)."""
 
-    def __init__(self, page: Page) -> None:
+    def __init__(self, page: StudioPage) -> None:
         self.page = page
         self.studio = page.studio
         self.hub = LiveHub(page.studio, on_recorded=self._saved)
@@ -194,9 +203,9 @@ class LiveTab:
 
     # -- helpers -----------------------------------------------------------------------------------------------------
     def _session(self, request: gr.Request) -> Session:
-        from webui.page import session_of
-
-        return session_of(self.studio, request)
+        """The session of the login or browser the request comes from (as the page's handlers find it)."""
+        cookies = dict(getattr(request, "cookies", None) or {})
+        return self.studio.session(owner_from(cookies, getattr(request, "username", None)))
 
     def _saved(self, session: Session, recording: Recording) -> tuple[list[str], str]:
         """A finished recording in the session's history (thumbnail, summary, settings) and shared with it: the

@@ -28,10 +28,12 @@ from typing import Any
 
 import gradio as gr
 
-from engine import consent, video
+from engine import consent
+from engine import media as video
 from engine.errors import Cancelled, FacestudioError
 from engine.job import SETTINGS_GROUPS, FacesSettings, Preset, load_preset_raw, preset_names, save_user_preset
 from engine.models.licences import licence_texts
+from engine.models.licences import summary as licence_summary
 from engine.options import describe
 from engine.service import Rendered
 from webui import cells
@@ -198,7 +200,7 @@ class Page:
         """A model field's choices labelled `id · embedded|downloaded|missing · commercial use or not`."""
         if not view.shown.models:
             return None
-        statuses = {m.id: m for m in self.service.models()}
+        statuses = {m.id: m for m in self.service.catalogue.statuses()}
         out = []
         for value in view.choices or ():
             status = statuses.get(str(value))
@@ -380,7 +382,7 @@ class Page:
         return delete
 
     def _model_rows(self) -> None:
-        for status in self.service.models():
+        for status in self.service.catalogue.statuses():
             megabytes = None if status.size is None else f"{status.size / 1e6:,.0f} MB"
             if status.availability == "embedded":
                 size = "embedded" + (f" (original {megabytes})" if megabytes else "")
@@ -394,9 +396,9 @@ class Page:
                         elem_id=f"model-{status.id}",
                     )
                     with gr.Accordion(f"licence: {status.licence}", open=False):
-                        texts = licence_texts(status.licence)
+                        texts = licence_texts(status.licence, status.homepage)
                         body = "\n\n---\n\n".join(f"### {t.title}\n\n```text\n{t.text}\n```" for t in texts)
-                        gr.Markdown(body or f"No licence text is bundled for these terms: see {status.homepage}")
+                        gr.Markdown(f"{licence_summary(status.licence, status.homepage)}\n\n{body}")
                 with gr.Column(scale=2, min_width=200):
                     row_status = gr.Markdown(status.availability, elem_id=f"model-status-{status.id}")
                     if status.downloadable:
@@ -413,7 +415,7 @@ class Page:
                 return lambda done, total: progress((done, total), desc=item.filename, unit="B")
 
             try:
-                paths = self.service.fetch_model(model_id, bar)
+                paths = self.service.catalogue.fetch([model_id], progress=bar, say=log.info)
             except Exception as exc:
                 log.info("download of %s failed: %s", model_id, exc)
                 return f"<span class='fs-warn'>download failed: {user_message(exc, {})}</span>"
@@ -498,10 +500,13 @@ class Page:
             f"{name}: video, {info.width}×{info.height}, {info.frame_count} frames at {info.fps:.3g} fps, "
             f"{'with' if info.has_audio else 'no'} audio"
         )
+        player = self.studio.playable(session, path)
+        if player is None:
+            text += " — this format does not play in browsers: the preview shows the chosen frame"
         return (
             gr.update(visible=True, maximum=max(last, 1), value=0),
             gr.update(visible=False, value=None),
-            gr.update(value=self.studio.playable(session, path), visible=True),
+            gr.update(value=player, visible=player is not None),
             text,
         )
 
@@ -620,15 +625,19 @@ class Page:
         report, entry = result["done"]
         is_image = report.kind == "image"
         output = self.studio.share(session, report.output)
+        player = None if is_image else self.studio.playable(session, report.output)
         compare = gr.update()
         try:
             compare = self.studio.compare_after_run(session, target or "", report, int(index))
         except FacestudioError as exc:
             log.info("no before/after after the run: %s", exc)
+        done = f"done in {report.seconds:.1f} s"
+        if not is_image and player is None:
+            done += " — its codec does not play in browsers: download it to watch"
         yield (
-            f"done in {report.seconds:.1f} s",
+            done,
             gr.update(value=output if is_image else None, visible=is_image),
-            gr.update(value=None if is_image else self.studio.playable(session, report.output), visible=not is_image),
+            gr.update(value=player, visible=player is not None),
             summary(report),
             gr.update(value=[output, self.studio.share(session, report.sidecar)], visible=True),
             compare,
@@ -685,12 +694,11 @@ class Page:
         return version + 1
 
     def on_verify(self) -> str:
-        rows = self.service.verify_models()
+        rows = [r for r in self.service.catalogue.verify() if r.status != "missing"]
         if not rows:
-            return "no downloaded model files"
+            return "no model files here to check"
         return "\n".join(
-            f"- {'ok' if state == 'ok' else '**' + state + '**'}: {model} ({filename})"
-            for model, filename, state in rows
+            f"- {'ok' if r.status == 'ok' else '**' + r.status + '**'}: {r.model} ({r.path.name})" for r in rows
         )
 
     # -- the API: one named endpoint for scripts (gradio_client) ------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -22,12 +21,11 @@ from typing import Any
 import cv2
 from gradio import processing_utils
 
-from engine import video
+from engine import media as video
 from engine.errors import Cancelled, FacestudioError, InvalidInput
 from engine.faces.crops import draw_numbers, thumbnail
 from engine.job import FacesSettings, Job
 from engine.metrics import observe_job
-from engine.models import fetch
 from engine.pipeline import RunReport
 from engine.processor import FrameProcessor
 from engine.progress import Progress
@@ -166,27 +164,11 @@ class Studio:
         if dropped and not session.running:
             self.guard.release(session.owner, dropped)
 
-    def playable(self, session: Session, path: str | Path) -> str:
-        """A video the browser can play, shared with the session: the file itself when its container and codec
-        play in browsers (H.264/AV1 MP4, VP8/VP9/AV1 WebM), else an H.264 copy at most 720 px high made once."""
-        if processing_utils.video_is_playable(str(path)):
-            return self.share(session, path)
-        proxy = session.folder / "players" / f"{Path(path).stem}-{fetch.sha256_file(Path(path))[:12]}.mp4"
-        if not proxy.is_file():
-            proxy.parent.mkdir(parents=True, exist_ok=True)
-            partial = proxy.with_name(f".{proxy.name}.partial.mp4")
-            try:
-                subprocess.run(
-                    [video.find_ffmpeg(), "-v", "error", "-y", "-i", str(path), "-map", "0:v:0", "-map", "0:a:0?",
-                     "-vf", "scale=-2:'min(720,ih)'", "-c:v", "libx264", "-preset", "veryfast", "-crf", "23",
-                     "-pix_fmt", "yuv420p", "-c:a", "aac", "-movflags", "+faststart", str(partial)],
-                    check=True, capture_output=True, timeout=3600,
-                )  # fmt: skip
-                partial.replace(proxy)
-            except (subprocess.SubprocessError, OSError) as exc:
-                partial.unlink(missing_ok=True)
-                raise InvalidInput(f"{self.name(session, path)} cannot be shown in the browser ({exc})") from None
-        return self.share(session, proxy)
+    def playable(self, session: Session, path: str | Path) -> str | None:
+        """The video shared with the session when browsers can play its container and codec (H.264/AV1 MP4,
+        VP8/VP9/AV1 WebM), else None: the page then shows frames, not a player (a transcode of a long video
+        would cost minutes before anything is shown)."""
+        return self.share(session, path) if processing_utils.video_is_playable(str(path)) else None
 
     def compare_after_run(self, session: Session, target: str, report: RunReport, index: int) -> tuple[str, str]:
         """Frame `index` of the target and of the finished output (clamped to its last frame), as the

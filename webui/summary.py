@@ -27,6 +27,7 @@ def summary(report: RunReport) -> str:
             f"average (same person below {qa['threshold']:g}); {len(qa['flagged_frames'])} of {qa['faces_checked']} "
             "checked faces flagged."
         )
+    lines += [f"Note: {note}" for note in report.notes]
     return "\n\n".join(lines)
 
 

@@ -6,6 +6,7 @@ without one of them can still use the other. Processors only ever see `Session`.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,10 @@ import numpy.typing as npt
 from engine.errors import BackendUnavailable
 
 BackendName = Literal["onnx", "torch"]
+
+# ONNX Runtime's telemetry writes `$TMPDIR/.ses` when its package is imported: a file that no run may leave behind.
+# Set here, before `onnx.py` (which is inside this package) imports it; a value the user set is kept.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 
 class Session(Protocol):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-import onnxruntime as ort
+import onnxruntime as ort  # after engine.backends, which turns ONNX Runtime's telemetry off
 
 from engine import metrics
 from engine.backends import Device, gpu_visible
@@ -220,7 +220,8 @@ class OnnxSession:
             raise
 
 
-_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+# float64: CodeFormer's `weight` in FaceFusion's export.
+_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
 
 class _Binding:

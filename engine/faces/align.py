@@ -29,9 +29,31 @@ TEMPLATES: Mapping[str, npt.NDArray[np.float64]] = MappingProxyType(
         # insightface `estimate_norm` at 128 px (InSwapper): 128 is not a multiple of 112, so it takes the "128"
         # branch, ratio 128/128 = 1, and shifts the 112 px template right by 8 px. Equals FaceFusion's `arcface_128`.
         "arcface_128": (_ARCFACE_112 + [8.0, 0.0]) / 128.0,
+        # FaceFusion's name for the same 112 px ArcFace crop (face_helper.py L20-27; MODELS.md §6).
+        "arcface_112_v2": _ARCFACE_112 / 112.0,
         # FFHQ-aligned 512 px crop (GFPGAN via facexlib; FaceFusion `ffhq_512`).
         "ffhq_512": np.array([[192.98, 239.95], [318.90, 240.19], [256.63, 314.02], [201.26, 371.41], [313.09, 371.15]])
         / 512.0,
+        # FaceFusion face_helper.py L12-19 (GHOST, SimSwap; MODELS.md §8 "Extra warp templates").
+        "arcface_112_v1": np.array(
+            [
+                [0.35473214, 0.45658929],
+                [0.64526786, 0.45658929],
+                [0.50000000, 0.61154464],
+                [0.37913393, 0.77687500],
+                [0.62086607, 0.77687500],
+            ]
+        ),  # fmt: skip
+        # FaceFusion face_helper.py L52-59 (HifiFace).
+        "mtcnn_512": np.array(
+            [
+                [0.36562865, 0.46733799],
+                [0.63305391, 0.46585885],
+                [0.50019127, 0.61942959],
+                [0.39032951, 0.77598822],
+                [0.61178945, 0.77476328],
+            ]
+        ),  # fmt: skip
     }
 )
 

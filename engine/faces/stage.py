@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engine import metrics, video
+from engine import media as video
+from engine import metrics
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
 from engine.faces.select import order_faces, select, source_identity

@@ -22,10 +22,8 @@ import numpy as np
 
 from engine.errors import InvalidInput, MediaError
 from engine.live.loop import Processed
+from engine.media import FrameReader, probe
 from engine.types import Frame
-
-# The media reader and prober: one import, here.
-from engine.video import FrameReader, probe
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ import time
 import wave
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +23,12 @@ import cv2
 import numpy as np
 
 from engine.errors import InvalidInput
-from engine.ffmpeg_commands import muxer_for
+from engine.ffmpeg_commands import Audio, muxer_for
 from engine.job import Job
 from engine.live.loop import Processed, percentile
-
-# The pipeline's provenance (version, container tags, sidecar name) and the media writers: one import each, here.
-from engine.pipeline import VERSION, sidecar_path, synthetic_metadata
+from engine.media import FrameTimes, FrameWriter, join_segments, output_rate
+from engine.sidecar import VERSION, sidecar_path, synthetic_metadata
 from engine.types import Frame
-from engine.video import FrameWriter, join_segments, output_rate
 
 # A gap in the microphone's audio longer than this (seconds) is filled with silence; shorter ones are jitter.
 _AUDIO_GAP_S = 0.1
@@ -108,9 +107,8 @@ class Recorder:
             if self._writer is None:
                 self._size = (frame.shape[1], frame.shape[0])
                 self._writer = FrameWriter(
-                    self._work / "video.mp4", *self._size, f"{self.rate.numerator}/{self.rate.denominator}",
-                    audio_from=None, metadata={}, crf=self.job.video.crf, preset="veryfast",
-                    encoder=self.job.video.encoder,
+                    self._work / "video.mp4", *self._size, FrameTimes.constant(self.rate), metadata={},
+                    crf=self.job.video.crf, preset="veryfast", encoder=self.job.video.encoder,
                 )  # fmt: skip
             elif (frame.shape[1], frame.shape[0]) != self._size:
                 frame = cv2.resize(frame, self._size, interpolation=cv2.INTER_AREA)
@@ -173,10 +171,11 @@ class Recorder:
             if self._wav is not None:
                 self._wav.close()
                 audio = self._work / "audio.wav"
+            sound = None if audio is None else Audio(audio, "pcm_s16le", Fraction(0), Fraction(seconds), cut=True)
             join_segments(
-                [(self._work / "video.mp4", self._written)], self.output, self.rate, self._work / "concat.txt",
-                audio_from=audio, metadata=synthetic_metadata(self.job), encoder=self.job.video.encoder,
-                audio_end=seconds,
+                [(self._work / "video.mp4", self._written)], self.output, FrameTimes.constant(self.rate),
+                1 / self.rate, self._work / "concat.txt", sound, synthetic_metadata(self.job),
+                self.job.video.encoder,
             )  # fmt: skip
             assert self._size is not None
             recording = Recording(

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from engine import demo
+from engine.media import find_ffmpeg
 from engine.types import Frame
-from engine.video import find_ffmpeg
 
 BITS = 10
 CELL = 20  # px: each bit's cell is CELL×CELL, its opposite right under it

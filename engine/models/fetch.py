@@ -4,6 +4,9 @@ A file is streamed to `<folder>/<filename>.part`, hashed while it streams, check
 and sha256, and only then renamed to its final name, so a file under its final name is always complete.
 An interrupted download keeps its `.part` and resumes with an HTTP `Range` request (or a seek, for
 `file://` URLs) on the next call. Sizes are in bytes; sha256 digests are lower-case hex strings.
+
+A file whose sha256 no public record gives (`sha256` None) is never fetched unasked: only `fetch(...,
+trust_first=True)` (the CLI's `models fetch ID --trust-first`) downloads it, and its caller records the hash.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ class Downloadable(Protocol):
     @property
     def url(self) -> str: ...
     @property
-    def sha256(self) -> str: ...
+    def sha256(self) -> str | None: ...
     @property
     def size(self) -> int | None: ...
 
@@ -76,19 +79,23 @@ def fetch(
     progress: Progress | None = None,
     timeout: float = 30.0,
     user_agent: str = "facestudio",
+    trust_first: bool = False,
 ) -> Path:
     """Return the path of `item` in `folder`, downloading it first unless a verified copy is already there.
 
     `timeout` is in seconds per blocking network operation. `progress` gets (bytes done, total bytes or
-    None). Creates `folder` if needed.
+    None). Creates `folder` if needed. An item without a sha256 is taken as it comes only with `trust_first`
+    (a file already at its final path is then kept as it is): the caller hashes and records it.
 
     Raises:
         ChecksumMismatch: the downloaded bytes (or a file already at the final path) have the wrong sha256.
         ModelUnavailable: the transfer failed; the `.part` file is kept so the next call resumes it.
     """
+    if item.sha256 is None and not trust_first:
+        raise ModelUnavailable(_missing_message([item], folder, "no published sha256", _TRUST_FIRST))
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / item.filename
-    if _present(item, final):
+    if _present(item, final) or (item.sha256 is None and final.is_file()):
         return final
     part = folder / f"{item.filename}.part"
     try:
@@ -127,6 +134,15 @@ def ensure(
     paths = [folder / item.filename for item in items]
     # Check every placed file first, so a wrong file is reported even in offline mode.
     missing = [item for item, path in zip(items, paths, strict=True) if not _present(item, path)]
+    unpinned = [item for item in missing if item.sha256 is None]
+    pinned = [item for item in missing if item.sha256 is not None]
+    if unpinned:
+        # Nothing is fetched until the user trusts the unpinned files; the rest are named too, in the same line.
+        message = _missing_message(unpinned, folder, "no published sha256", _TRUST_FIRST)
+        if pinned:
+            why, alternative = ("offline", "or run without --offline") if offline else ("not fetched yet", "")
+            message += f"; {_missing_message(pinned, folder, why, alternative)}".rstrip()
+        raise ModelUnavailable(message)
     if missing and offline:
         raise ModelUnavailable(_missing_message(missing, folder, "offline", "or run without --offline"))
     failed: list[Downloadable] = []
@@ -154,8 +170,9 @@ def _present(item: Downloadable, path: Path) -> bool:
     """True when `path` holds the expected file, False when nothing is there.
 
     Raises ChecksumMismatch when something else is there: a file the user placed is never replaced silently.
+    A file with no sha256 to check is never taken as present (`fetch(..., trust_first=True)` decides).
     """
-    if not path.exists():
+    if not path.exists() or item.sha256 is None:
         return False
     actual_size = path.stat().st_size
     if item.size is not None and actual_size != item.size:
@@ -166,7 +183,8 @@ def _present(item: Downloadable, path: Path) -> bool:
             return True
         found = f"has sha256 {_short(actual)}, expected {_short(item.sha256)}"
     raise ChecksumMismatch(
-        f"{path} {found}; delete it to download it again from {item.url}, or replace it with the right file"
+        f"{path} {found}{_note(item)}; delete it to download it again from {item.url}, or replace it with the "
+        "right file"
     )
 
 
@@ -248,7 +266,7 @@ def _finish(
     or, with `raise_on_mismatch`, raises ChecksumMismatch.
     """
     size_ok = item.size is None or size == item.size
-    if size_ok and actual == item.sha256:
+    if size_ok and (actual == item.sha256 or item.sha256 is None):
         if progress:
             progress(size, size)
         return True
@@ -257,8 +275,9 @@ def _finish(
         return False
     found = f"{size} bytes, expected {item.size}" if not size_ok else f"sha256 {_short(actual)}"
     raise ChecksumMismatch(
-        f"checksum mismatch for {item.filename} from {item.url}: expected sha256 {_short(item.sha256)}, "
-        f"got {found}; the partial download was deleted, run again to retry or fix the URL/sha256 in the manifest"
+        f"checksum mismatch for {item.filename} from {item.url}: expected sha256 {_short(item.sha256 or '')}, "
+        f"got {found}{_note(item)}; the partial download was deleted, run again to retry or fix the URL/sha256 in "
+        "the manifest"
     )
 
 
@@ -270,6 +289,19 @@ def _open(
     if offset:
         headers["Range"] = f"bytes={offset}-"
     return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+
+
+_TRUST_FIRST = (
+    "with `python launch.py models fetch ID --trust-first` (ID: the model the file belongs to), which "
+    "takes the file as it comes (or the copy placed there) and records its sha256, pinning it from then on"
+)
+
+
+def _note(item: Downloadable) -> str:
+    """The pin's caveat for a mismatch message (a single record, or a hash recorded here), or nothing; manifest
+    files have `pin_note`, other Downloadables need not."""
+    note = item.pin_note() if hasattr(item, "pin_note") else ""
+    return f" ({note})" if note else ""
 
 
 def _missing_message(items: Sequence[Downloadable], folder: Path, why: str, alternative: str) -> str:

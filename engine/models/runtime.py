@@ -10,10 +10,13 @@ Which file serves a model (all files of a model hold the same weights):
 2. a present file of another format that can be converted (ncnn → ONNX graph or state dict; pth → ONNX export;
    ONNX → torch module);
 3. otherwise a downloadable file is fetched (or, offline, `ModelUnavailable` names every missing file).
-Derived files (ONNX graphs) are cached in the cache folder under the source's sha256, with their own sha256
-recorded beside them. `export` writes such a graph to the models folder instead and records its sha256 (`models
-export`). Every file is checked against its sha256 before its first load by a runtime (`_verified`); a file that
-does not match is refused with ChecksumMismatch and left where it is for the user to inspect.
+Derived files (ONNX graphs) are cached in the cache folder under the source's sha256 and the converter version.
+`export` writes such a graph to the models folder instead and records its sha256 (`models export`). A derived
+file carries a signed record of what it was made from (`engine.models.derived`). Every file is checked before its
+first load by a runtime (`_verified`): against the manifest's sha256, and a derived file against its record; a
+file that does not match is refused with ChecksumMismatch and left where it is for the user to inspect, and a
+cached conversion without a record this installation signed is made again from its verified source.
+`check_conversion` is that same check for `doctor` and `models verify`.
 """
 
 from __future__ import annotations
@@ -27,19 +30,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from engine import metrics
 from engine.backends import BackendName, Device, Session, gpu_visible
 from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable
 from engine.memory import auto_batch, available_memory, importable, on_gpu
-from engine.models import fetch
+from engine.models import derived, fetch, signature
 from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, ModelSpec
 
 if TYPE_CHECKING:
     import torch
 
-    from engine.job import RuntimeSettings
     from engine.models.ncnn import NcnnModel
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,29 @@ NATIVE: Mapping[BackendName, tuple[str, ...]] = MappingProxyType(
 )
 
 ProgressFactory = Callable[[fetch.Downloadable], Callable[[int, int | None], None] | None]
+
+
+class RuntimeConfig(Protocol):
+    """What a Runtime reads of a job's runtime settings. `engine.job.RuntimeSettings` is the one implementation
+    (see it for each field's meaning); a protocol here because the job imports the processors, which import this
+    module: the runtime importing the job back would close a cycle."""
+
+    @property
+    def backend(self) -> Literal["auto", "onnx", "torch"]: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def tensorrt(self) -> bool: ...
+    @property
+    def fp16(self) -> bool: ...
+    @property
+    def batch(self) -> int | Literal["auto"]: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def compile(self) -> bool: ...
+    @property
+    def offline(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -101,7 +126,7 @@ class LoadedModel:
 class Runtime:
     """Loads and caches models for one job (or one UI process). Not thread-safe: load from one thread."""
 
-    settings: RuntimeSettings
+    settings: RuntimeConfig
     manifest: Manifest = field(default_factory=Manifest.load)
     folders: Folders = field(default_factory=Folders.from_env)
     progress_factory: ProgressFactory | None = None
@@ -110,7 +135,7 @@ class Runtime:
     _warm: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.manifest = self.manifest.with_exports(self.folders.models)
+        self.manifest = self.manifest.with_trusted(self.folders.models).with_exports(self.folders.models)
 
     # -- choosing files -------------------------------------------------------------------------------------
     def backend_for(self, requested: str | None) -> BackendName:
@@ -138,6 +163,8 @@ class Runtime:
 
         A present file with the wrong sha256 raises ChecksumMismatch and is left in place for the user.
         """
+        if file.sha256 is None:
+            return False  # never verified here: only `models fetch --trust-first` may take such a file
         path = self.local_path(file)
         pairs = [(path, file.sha256)]
         if file.bin is not None and file.bin_sha256 is not None:
@@ -156,9 +183,17 @@ class Runtime:
                     if file.exported
                     else "delete it to download it again"
                 )
+                note = f"; {file.pin_note()}" if file.pin_note() else ""
                 raise ChecksumMismatch(
-                    f"{p} has sha256 {actual[:12]}…, expected {expected[:12]}… (modified or corrupt); {fix}"
+                    f"{p} has sha256 {actual[:12]}…, expected {expected[:12]}… (modified or corrupt{note}); {fix}"
                 )
+            if file.exported and file.derived_from is not None:
+                status, _ = derived.check(p, file.derived_from, None)
+                if status != "ok":
+                    raise ChecksumMismatch(
+                        f"{p} carries no record of being exported by this installation (its record is missing or "
+                        f"was not signed here); export it again"
+                    )
             self._verified.add(p)
         return True
 
@@ -214,6 +249,7 @@ class Runtime:
             started = time.perf_counter()
             spec = self.manifest.get(model_id)
             (file,) = self.ensure([model_id], name)
+            spec = signature.checked(spec, file, self.local_path(file))
             session = self._open_onnx(spec, file) if name == "onnx" else self._open_torch(spec, file)
             metrics.record_model_load(model_id, name, time.perf_counter() - started)
             log.info("loaded %s from %s on %s", model_id, file.filename, session.provider)
@@ -256,19 +292,37 @@ class Runtime:
             cache_dir=self.folders.cache,
         )
 
-    def _derived_onnx(self, spec: ModelSpec, file: FileSpec) -> Path:
-        """The ONNX graph converted from `file` (already verified by `ensure`), from the cache when it holds one.
+    def conversion_path(self, spec: ModelSpec, file: FileSpec) -> Path:
+        """Where the ONNX graph converted from `file` is cached: named by the whole content key of the source
+        (ncnn: .param and .bin) and the converter's version."""
+        return self.folders.cache / "onnx" / f"{spec.id}-{file.key}-c{CONVERTER_VERSION}.onnx"
 
-        The graph's own sha256 is written beside it (`<graph>.sha256`) and checked before its first load in this
-        runtime, like a download's: a changed cached graph is refused (ChecksumMismatch) and left for the user.
-        """
-        # The whole content key (ncnn: .param and .bin) and the converter's version name the derived graph.
-        target = self.folders.cache / "onnx" / f"{spec.id}-{file.key}-c{CONVERTER_VERSION}.onnx"
-        record = target.with_name(f"{target.name}.sha256")
-        if target.is_file() and record.is_file():
-            self._verify_derived(target, record.read_text(encoding="ascii").strip(), file)
+    def check_conversion(self, spec: ModelSpec, file: FileSpec) -> derived.Status | None:
+        """What a load would find of `file`'s cached conversion (None: there is none): `ok` (used), `tampered`
+        (refused with ChecksumMismatch), `unrecorded` (made again from the source). `doctor` and `models verify`
+        report exactly this."""
+        target = self.conversion_path(spec, file)
+        return derived.check(target, file.key, CONVERTER_VERSION)[0] if target.is_file() else None
+
+    def _derived_onnx(self, spec: ModelSpec, file: FileSpec) -> Path:
+        """The ONNX graph converted from `file` (already verified by `ensure`), from the cache when it holds one
+        this installation made (`engine.models.derived`): a changed one is refused (ChecksumMismatch) and left for
+        the user; one without a record signed here is made again from the verified source."""
+        target = self.conversion_path(spec, file)
+        if target in self._verified:
             return target
-        # No graph, or one cached before graphs had a recorded sha256: (re)build it from the verified source.
+        if target.is_file():
+            status, actual = derived.check(target, file.key, CONVERTER_VERSION)
+            if status == "ok":
+                self._verified.add(target)
+                return target
+            if status == "tampered":
+                raise ChecksumMismatch(
+                    f"{target} has sha256 {actual[:12]}…, expected {derived.expected_sha256(target)[:12]}… (modified "
+                    f"or corrupt cached conversion of {file.filename}); delete it and it is rebuilt from the verified "
+                    "source"
+                )
+            log.info("rebuilding %s: it has no record this installation signed", target)
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as tmp:
             tmp_path = Path(tmp.name)
@@ -288,23 +342,10 @@ class Runtime:
         finally:
             tmp_path.unlink(missing_ok=True)
         # After the graph: an interruption in between leaves a graph without a record, which is simply rebuilt.
-        record_part = record.with_name(f".{record.name}.part")
-        record_part.write_text(f"{digest}\n", encoding="ascii")
-        os.replace(record_part, record)
+        derived.record(target, file.key, CONVERTER_VERSION, digest)
+        target.with_name(f"{target.name}.sha256").unlink(missing_ok=True)  # the unsigned record of older versions
         self._verified.add(target)
         return target
-
-    def _verify_derived(self, path: Path, expected: str, source: FileSpec) -> None:
-        """Refuse a cached graph whose bytes no longer match the sha256 recorded when it was built."""
-        if path in self._verified:
-            return
-        actual = fetch.sha256_file(path)
-        if actual != expected:
-            raise ChecksumMismatch(
-                f"{path} has sha256 {actual[:12]}…, expected {expected[:12]}… (modified or corrupt cached "
-                f"conversion of {source.filename}); delete it and it is rebuilt from the verified source"
-            )
-        self._verified.add(path)
 
     # -- exporting ------------------------------------------------------------------------------------------
     def export(self, model_id: str, *, fp16: bool = False) -> tuple[Path, FileSpec, dict[str, list[dict[str, object]]]]:
@@ -347,6 +388,7 @@ class Runtime:
             os.replace(tmp_path, target)
         finally:
             tmp_path.unlink(missing_ok=True)
+        derived.record(target, source.key, CONVERTER_VERSION, file.sha256)
         self._record_export(model_id, file, io)
         self._verified.add(target)
         self.manifest = self.manifest.with_exports(self.folders.models)

@@ -1,0 +1,107 @@
+"""Running frames through a chain of processors: batches, out-of-memory halving, identity QA's place in the chain,
+and how many frames a call takes. The path of every batch of a run and of every preview."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from engine import metrics
+from engine.errors import OutOfMemory
+from engine.models.runtime import Runtime
+from engine.processor import FrameContext, FrameProcessor
+from engine.types import Face, Frame
+
+log = logging.getLogger(__name__)
+
+# Identity QA of one processed frame: (frame index, input frame, output frame, the faces found on the input).
+QualityCheck = Callable[[int, Frame, Frame, tuple[Face, ...]], None]
+
+
+@dataclass
+class BatchLimit:
+    """Frames per processor call in a run: starts at `runtime.batch`, halved for the rest of the run whenever a
+    call runs out of memory."""
+
+    size: int
+
+
+def process_batch(
+    chain: Sequence[FrameProcessor],
+    frames: Sequence[Frame],
+    ctxs: Sequence[FrameContext],
+    limit: BatchLimit | None = None,
+) -> list[Frame]:
+    """Run a batch of frames (H×W×3 uint8 RGB) through the chain, processor by processor (each batches its own
+    model calls).
+
+    A processor that runs out of memory gets the batch again in halves, down to one frame at a time; `limit`
+    remembers the size that fitted."""
+    limit = limit or BatchLimit(len(frames))
+    out = list(frames)
+    for processor in chain:
+        out = _process_halving(processor, out, list(ctxs), limit)
+    return out
+
+
+def process_checked(
+    chain: Sequence[FrameProcessor],
+    check: QualityCheck | None,
+    frames: list[Frame],
+    ctxs: list[FrameContext],
+    limit: BatchLimit | None = None,
+) -> list[Frame]:
+    """Run a batch through the chain; identity QA (`check`) looks at the frames right after the last face
+    processor (a later processor, such as an upscaler, changes the size QA compares at)."""
+    if check is None:
+        return process_batch(chain, frames, ctxs, limit)
+    split = max(i for i, p in enumerate(chain) if p.needs_faces) + 1
+    swapped = process_batch(chain[:split], frames, ctxs, limit)
+    for before, after, ctx in zip(frames, swapped, ctxs, strict=True):
+        check(ctx.index, before, after, ctx.faces)
+    return process_batch(chain[split:], swapped, ctxs, limit)
+
+
+def _process_halving(
+    processor: FrameProcessor, frames: list[Frame], ctxs: list[FrameContext], limit: BatchLimit
+) -> list[Frame]:
+    if len(frames) > limit.size:
+        step = limit.size  # fixed for this split; a failure inside lowers the limit for later calls
+        return [
+            out
+            for at in range(0, len(frames), step)
+            for out in _process_halving(processor, frames[at : at + step], ctxs[at : at + step], limit)
+        ]
+    try:
+        started = time.perf_counter()
+        out = processor.process(frames, ctxs)
+        # The one metrics hook of the chain: per-processor frames and latency, whoever runs it.
+        seconds = time.perf_counter() - started
+        metrics.record_frames(processor.id, processor.describe().get("provider"), len(out), seconds)
+        return out
+    except (OutOfMemory, MemoryError) as exc:
+        if len(frames) == 1:
+            raise OutOfMemory(
+                f"{processor.id} does not fit in memory even for one frame ({exc}); lower the resolution, set a "
+                "smaller tile, or use a smaller model"
+            ) from exc
+        limit.size = len(frames) // 2
+        log.warning("%s ran out of memory on %d frames; %d per call from now on", processor.id, len(frames), limit.size)
+        return _process_halving(processor, frames, ctxs, limit)
+
+
+def frame_memory(chain: Sequence[FrameProcessor], width: int, height: int) -> int:
+    """Bytes of working memory one width×height input frame takes through the chain's model calls (the largest
+    processor's share: they run one after another)."""
+    most = 0
+    for processor in chain:
+        most = max(most, processor.frame_memory(width, height))
+        width, height = processor.output_size(width, height)
+    return most
+
+
+def batch_size(chain: Sequence[FrameProcessor], runtime: Runtime, width: int, height: int) -> int:
+    """Frames per processor call for width×height frames: `runtime.batch`, or "auto" sized from free memory."""
+    return runtime.batch_for(frame_memory(chain, width, height))

@@ -1,0 +1,52 @@
+"""Media in and out: the one package through which files enter and leave the engine.
+
+One module per concern, each with its own tests; this package's namespace is their public API:
+
+- `tools`: finding ffmpeg and ffprobe, and what they can do (`find_ffmpeg`, `check_encoder`).
+- `children`: running, reading and reaping ffmpeg children; their failures as typed errors.
+- `headers`, `probe`: `probe(path) -> MediaInfo`, the check and description of every input before any work.
+- `timing`: when frames are shown (`FrameTimes`), the frames a job reads (`select` -> `Span`), the audio that
+  goes with them (`audio_for`). Pure.
+- `decode`: `FrameReader`, frames from an ffmpeg pipe. `encode`: `FrameWriter`, frames to an ffmpeg pipe,
+  each at its own time. `join`: segments into one file with the audio.
+- `images`: `read_image` / `write_image`, the only places image pixels are decoded and encoded.
+
+Every frame that crosses this package is a `Frame`: H×W×3 uint8 RGB. Video frames come out upright (the
+container's rotation is applied) and images come out with their EXIF orientation applied. The command lines
+themselves are pure functions in `engine.ffmpeg_commands`.
+"""
+
+from engine.ffmpeg_commands import Audio
+from engine.media.decode import FrameReader
+from engine.media.encode import FrameWriter
+from engine.media.images import IMAGE_FORMATS, image_frame_count, read_image, read_image_metadata, write_image
+from engine.media.info import MediaInfo
+from engine.media.join import join_segments
+from engine.media.probe import probe, read_video_metadata
+from engine.media.timing import FrameTimes, Span, audio_for, output_rate, select
+from engine.media.tools import available_encoders, check_encoder, ffmpeg_version, find_ffmpeg, find_ffprobe
+
+__all__ = [
+    "IMAGE_FORMATS",
+    "Audio",
+    "FrameReader",
+    "FrameTimes",
+    "FrameWriter",
+    "MediaInfo",
+    "Span",
+    "audio_for",
+    "available_encoders",
+    "check_encoder",
+    "ffmpeg_version",
+    "find_ffmpeg",
+    "find_ffprobe",
+    "image_frame_count",
+    "join_segments",
+    "output_rate",
+    "probe",
+    "read_image",
+    "read_image_metadata",
+    "read_video_metadata",
+    "select",
+    "write_image",
+]

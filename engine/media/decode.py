@@ -1,0 +1,161 @@
+"""`FrameReader`: the frames of a video (or of a `Span` of it), decoded by an ffmpeg child into a rawvideo pipe.
+
+Raw frames carry no timestamps, and need none: ffmpeg passes each frame through once, in presentation order, so
+frame k of a span is shown at `span.times.seconds(k)`, which `probe` read exactly from the packets. The count is
+checked at the end, so a frame lost on the way is an error, never a silent shift.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import numpy as np
+
+from engine import ffmpeg_commands as cmd
+from engine.errors import TruncatedInput
+from engine.media import children
+from engine.media.images import read_image
+from engine.media.info import MediaInfo
+from engine.media.probe import probe
+from engine.media.timing import Span, select, skip_frames
+from engine.media.tools import ffmpeg_version, find_ffmpeg
+from engine.types import Frame
+
+logger = logging.getLogger(__name__)
+
+
+class FrameReader:
+    """The frames of a video (or the single frame of an image), streamed through an ffmpeg pipe.
+
+    Use as a context manager and iterate once:
+
+        with FrameReader(path) as reader:
+            for frame in reader:   # Frame: info.height × info.width × 3 uint8 RGB, upright
+                ...
+
+    Frames come in presentation order, rotated upright as the container's display matrix asks. Without a span,
+    every frame comes once (variable frame rates are passed through, not resampled); with one, the frames of
+    the span, resampled to its rate when `span.resample` says so. After the last frame, if fewer frames were
+    decoded than the span holds (`span.minimum`; the whole video: `info.frame_count`), or ffmpeg reported errors
+    while decoding (a cut or damaged file), the iteration raises TruncatedInput naming both counts. A file with
+    packets that are not frames (`info.hidden`: the leading pictures of an open-GOP cut, whose references the
+    cut removed) makes the decoder complain about those pictures; there, errors count only if a frame is
+    missing. Leaving the `with` block, breaking out of the loop or an exception stops and reaps the ffmpeg child.
+    """
+
+    def __init__(self, path: Path, info: MediaInfo | None = None, span: Span | None = None, skip: int = 0) -> None:
+        """path: the video or image; info: its `probe` result when the caller already has it (else probed here);
+        span: the part to read and its rate, from `select(info, …)` (None: the whole video; images ignore it);
+        skip: leave out the span's first `skip` output frames (a resumed job's finished segments). A span that is
+        not resampled starts decoding at frame `skip` (ffmpeg still decodes the frames before it, but they cost no
+        conversion, pipe or processing); a resampled one is read from its start and the frames are dropped here,
+        since which frame fills a slot depends on the frames before it."""
+        self.path = Path(path)
+        self._ffmpeg = find_ffmpeg()
+        self.info = info if info is not None else probe(self.path, self._ffmpeg)
+        self.span = span if span is not None else select(self.info)
+        if not 0 <= skip < self.span.frames:
+            raise ValueError(f"skip must be in 0–{self.span.frames - 1} (frames of the span), got {skip}")
+        self._drop = 0
+        if skip and self.span.resample:
+            self._drop = skip
+        elif skip:
+            self.span = skip_frames(self.info, self.span, skip)
+        self._iterated = False
+        self._closed = False
+        self._process: subprocess.Popen[bytes] | None = None
+        self._drain: children.Stderr | None = None
+
+    def __enter__(self) -> FrameReader:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Frame]:
+        if self._iterated:
+            raise RuntimeError("a FrameReader can be iterated only once; open a new one")
+        self._iterated = True
+        if self.info.kind == "image":
+            return iter([read_image(self.path)[0]])
+        return self._frames()
+
+    def close(self) -> None:
+        """Stop the ffmpeg child if it is still running and wait for it. Safe to call more than once, and from
+        another thread than the one iterating (that iteration then ends quietly)."""
+        self._closed = True
+        if self._process is not None and self._drain is not None:
+            children.stop(self._process, self._drain)
+        self._process = None
+
+    def _frames(self) -> Iterator[Frame]:
+        width, height, span = self.info.width, self.info.height, self.span
+        frame_bytes = width * height * 3
+        # A span that ends before the video does stops ffmpeg at its last frame. A resampled one is not cut at
+        # its end time but by count, so the frames after the end keep the fps filter filling its last slots.
+        args = cmd.decode_args(
+            self._ffmpeg, self.path, span.start_pts,
+            end_pts=None if span.resample else span.end_pts,
+            fps_rational=span.fps_rational if span.resample else None,
+            max_frames=None if span.end_pts is None else span.frames,
+            major=(ffmpeg_version(self._ffmpeg) or (99, 0))[0],
+        )  # fmt: skip
+        process, drain = children.start(args, subprocess.DEVNULL, subprocess.PIPE)
+        self._process, self._drain = process, drain
+        assert process.stdout is not None
+        decoded = 0
+        partial = False
+        try:
+            while True:
+                buffer = bytearray(frame_bytes)  # a fresh, writable buffer per frame: callers may keep frames
+                try:
+                    got = _read_exactly(process.stdout, buffer)
+                except ValueError:  # the pipe was closed by `close` on another thread: stop, nothing is wrong
+                    if self._closed:
+                        return
+                    raise
+                if got < frame_bytes:
+                    partial = got > 0
+                    break
+                decoded += 1
+                if decoded > self._drop:
+                    yield np.frombuffer(buffer, dtype=np.uint8).reshape(height, width, 3)
+            returncode = process.wait()
+            drain.join()
+            self._check(decoded, partial, returncode, drain.first_error(self.path))
+        finally:
+            self.close()
+
+    def _check(self, decoded: int, partial: bool, returncode: int, error: str | None) -> None:
+        span = self.span
+        missing = decoded < span.minimum or partial or returncode != 0
+        if error is not None and not missing and self.info.hidden:
+            logger.info("%s: the decoder rejected pictures that are not frames (%s)", self.path, error)
+            error = None
+        if missing or error is not None:
+            at_least = "at least " if span.minimum < span.frames else ""
+            detail = f"expected {at_least}{span.minimum} frames, decoded {decoded}"
+            if error is not None:
+                detail += f"; ffmpeg: {error}"
+            raise TruncatedInput(f"{self.path} is damaged or cut short ({detail}): re-export or re-download it")
+        if decoded > span.frames and not span.resample:
+            logger.warning("%s decoded to %d frames, %d packets were counted", self.path, decoded, span.frames)
+
+
+def _read_exactly(stream: IO[bytes], buffer: bytearray) -> int:
+    """Fill `buffer` from `stream`; returns the bytes read, fewer than its size only at end of stream."""
+    view = memoryview(buffer)
+    got = 0
+    while got < len(buffer):
+        n = stream.readinto(view[got:])  # type: ignore[attr-defined]
+        if not n:
+            break
+        got += n
+    return got

@@ -1,0 +1,230 @@
+"""`FrameWriter`: frames encoded by an ffmpeg child from a rawvideo pipe, each at its own time, written atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+import numpy as np
+
+from engine import ffmpeg_commands as cmd
+from engine.errors import FacestudioError, InvalidInput, MediaError
+from engine.media import children, headers
+from engine.media.images import partial_path
+from engine.media.info import MediaInfo
+from engine.media.probe import probe
+from engine.media.timing import FrameTimes
+from engine.media.tools import check_encoder, ffmpeg_version, find_ffmpeg
+from engine.types import Frame, check_frame
+
+logger = logging.getLogger(__name__)
+
+# Longest filter graph given on the command line; a longer one (the times of many variable-rate frames) goes in
+# a file. Windows limits a whole command line to 32767 characters.
+INLINE_FILTER_CHARS = 8000
+
+
+class FrameWriter:
+    """Encodes frames to an H.264 or HEVC (yuv420p) video with the audio of another file, written atomically.
+
+    Use as a context manager:
+
+        with FrameWriter(output, width, height, span.output_times(), audio=…, metadata={...}) as writer:
+            for frame in frames:
+                writer.write(frame)    # Frame: height × width × 3 uint8 RGB
+
+    Frame n is shown at `times.seconds(n)`: a variable frame rate stays variable (MP4 and MOV keep every time
+    exactly; Matroska to the millisecond). Frames are encoded into `.<stem>.partial<suffix>` in the output
+    folder. Leaving the block without an exception (or calling `close`) finishes the encode, checks that the file
+    holds exactly the frames written at their times, and renames it to `output`. An exception (or `abort`) kills
+    ffmpeg and deletes the temp file, so a failed job never leaves a file that looks finished.
+
+    Odd sizes: yuv420p stores colour at half resolution, so it needs an even width and height. A frame
+    with an odd dimension is padded by one column/row that repeats its last column/row (edge replication);
+    the video is then one pixel wider/taller than the frames, and no pixel of the frames is lost. The lossless
+    RGB intermediate (`ffmpeg_commands.INTERMEDIATE_ENCODER`, segments of a GIF) takes any size.
+    """
+
+    def __init__(
+        self,
+        output: Path,
+        width: int,
+        height: int,
+        times: FrameTimes,
+        audio: cmd.Audio | None = None,
+        metadata: Mapping[str, str] | None = None,
+        crf: int = 18,
+        preset: str = "medium",
+        encoder: str = "libx264",
+    ) -> None:
+        """output: .mp4, .m4v, .mov or .mkv path; its folder must exist.
+        width, height: size of the frames that will be written, pixels.
+        times: when each frame is shown (`FrameTimes.constant(rate)` for a constant rate; a span's
+            `output_times()`), counted from the first frame.
+        audio: the audio to mux (`engine.media.timing.audio_for`), None for a silent video.
+        metadata: container tags to write (custom keys included; readable with `read_video_metadata`).
+        crf, preset: quality (0–51, lower is better) and speed preset of the encoder.
+        encoder: "libx264" (H.264), "libx265" (HEVC) or the lossless intermediate; InvalidInput here when the
+            ffmpeg in use lacks it, or the frames are larger than it takes.
+        """
+        self.output = Path(output)
+        self.width, self.height = width, height
+        self.times = times
+        self.frames_written = 0
+        # What the finished file holds, probed by `close` (a cut can leave no audio to mux, for one).
+        self.written: MediaInfo | None = None
+        if width < 1 or height < 1:
+            raise ValueError(f"frame size must be positive, got {width}×{height}")
+        cmd.muxer_for(self.output)  # an unsupported extension fails here, naming the path the caller gave
+        if not self.output.parent.is_dir():
+            raise InvalidInput(f"cannot write {self.output}: the folder {self.output.parent} does not exist")
+        side = cmd.MAX_SIDE.get(encoder)
+        if side is not None and max(width, height) > side:
+            raise InvalidInput(f"{encoder} encodes frames of at most {side}×{side} pixels, not {width}×{height}")
+        self._ffmpeg = find_ffmpeg()
+        # Here, not at the first frame: ffmpeg would only fail once it had been sent one.
+        check_encoder(encoder, self._ffmpeg)
+        if audio is not None and audio.codec is None:
+            found = headers.read_header(audio.path, self._ffmpeg).audio()
+            audio = replace(audio, codec=found.codec if found is not None else None)
+        self._partial = partial_path(self.output)
+        self._script = self._partial.with_name(self._partial.name + ".filter")
+        rgb = encoder == cmd.INTERMEDIATE_ENCODER
+        # Odd dimensions are padded to even ones for yuv420p (see the class docstring).
+        self._pad = (0, 0) if rgb else (height % 2, width % 2)
+        timing = _timing(times, self._ffmpeg)
+        graph = cmd.encode_filter(timing, rgb)
+        if len(graph) > INLINE_FILTER_CHARS:
+            self._script.write_text(graph, encoding="utf-8")
+            timing = replace(timing, script=self._script)
+        self._args = cmd.encode_args(
+            self._ffmpeg, self._partial, width + self._pad[1], height + self._pad[0], timing, audio,
+            metadata or {}, crf, preset, encoder,
+        )  # fmt: skip
+        self._process: subprocess.Popen[bytes] | None = None
+        self._drain: children.Stderr | None = None
+        self._state: Literal["open", "closed", "aborted"] = "open"
+
+    def __enter__(self) -> FrameWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def write(self, frame: Frame) -> None:
+        """Encode one frame: height × width × 3 uint8 RGB, the size given to the constructor."""
+        if self._state != "open":
+            raise RuntimeError(f"the writer of {self.output} is already {self._state}")
+        check_frame(frame)
+        if frame.shape[:2] != (self.height, self.width):
+            got = f"{frame.shape[1]}×{frame.shape[0]}"
+            raise ValueError(f"frame is {got}, this writer takes {self.width}×{self.height}")
+        if any(self._pad):
+            frame = np.pad(frame, ((0, self._pad[0]), (0, self._pad[1]), (0, 0)), mode="edge")
+        if self._process is None:
+            self._process, self._drain = children.start(self._args, subprocess.PIPE, subprocess.DEVNULL)
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(np.ascontiguousarray(frame).data)
+        except (BrokenPipeError, ValueError):  # ValueError: stdin closed by `abort` on another thread
+            state: str = self._state  # re-read: another thread may have aborted the writer meanwhile
+            if state == "aborted":
+                raise MediaError(f"writing {self.output} was aborted") from None
+            error = self._failure("encoding")
+            self.abort()
+            raise error from None
+        self.frames_written += 1
+
+    def close(self) -> Path:
+        """Finish encoding, verify the frames and their times, and move the file to `output`; returns `output`.
+
+        Raises (after deleting the temp file) DiskFull when the disk filled up, MediaError when ffmpeg fails
+        otherwise or the file does not hold exactly the frames written at their times.
+        """
+        if self._state == "closed":
+            return self.output
+        if self._state == "aborted":
+            raise MediaError(f"writing {self.output} was aborted; nothing was written")
+        try:
+            if self._process is None or self._drain is None:
+                raise MediaError(f"no frames were written to {self.output}")
+            assert self._process.stdin is not None
+            with contextlib.suppress(BrokenPipeError):  # ffmpeg has exited already; its exit status says why
+                self._process.stdin.close()
+            returncode = self._process.wait()
+            self._drain.join()
+            if returncode != 0 or self._drain.write_errno() is not None:
+                raise self._failure("finishing")
+            try:
+                written = probe(self._partial, self._ffmpeg)
+            except FacestudioError as exc:
+                # Some builds exit 0 after failing to write the index: a file that cannot be read on a full disk
+                # is the disk's fault.
+                children.check_room(self.output)
+                raise MediaError(f"the encoded {self.output} cannot be read back: {exc}") from exc
+            check_times(written, self.times, self.frames_written, self.output)
+            os.replace(self._partial, self.output)
+            self.written = replace(written, path=self.output)
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            self._script.unlink(missing_ok=True)
+        self._state = "closed"
+        logger.info("wrote %s (%d frames)", self.output, self.frames_written)
+        return self.output
+
+    def abort(self) -> None:
+        """Kill ffmpeg and delete the temp file, leaving nothing at `output`; a no-op after a successful `close`."""
+        if self._state == "closed":
+            return  # the output is finished and in place: there is nothing left to undo
+        self._state = "aborted"
+        if self._process is not None and self._drain is not None:
+            if self._process.poll() is None:
+                self._process.kill()
+            children.stop(self._process, self._drain)
+        self._partial.unlink(missing_ok=True)
+        self._script.unlink(missing_ok=True)
+
+    def _failure(self, doing: str) -> FacestudioError:
+        assert self._process is not None and self._drain is not None
+        self._process.wait()
+        self._drain.join()
+        code = self._drain.write_errno()
+        if code is not None:
+            return children.write_error(code, self.output, self.output.name)
+        reason = self._drain.first_error(self._partial) or f"exit status {self._process.returncode}"
+        return MediaError(f"ffmpeg failed {doing} {self.output}: {reason}")
+
+
+def check_times(written: MediaInfo, times: FrameTimes, frames: int, output: Path) -> None:
+    """Raise MediaError unless the file `written` describes holds `frames` frames, frame n at `times.seconds(n)`
+    from the first one, to within a tick of the file's own time base (Matroska's millisecond, GIF's hundredth)."""
+    if written.frame_count != frames:
+        raise MediaError(f"{output} holds {written.frame_count} frames, {frames} were written")
+    tick = written.time_base
+    for n, stamp in enumerate(written.timestamps):
+        if abs(stamp * tick - times.seconds(n) + times.seconds(0)) > tick:
+            raise MediaError(
+                f"{output} shows frame {n} at {float(stamp * tick):.6f} s, not at {float(times.seconds(n)):.6f} s"
+            )
+
+
+def _timing(times: FrameTimes, ffmpeg: str) -> cmd.VideoTiming:
+    rate = times.rate().limit_denominator(1_000_000)
+    base = times.time_base
+    major = (ffmpeg_version(ffmpeg) or (99, 0))[0]
+    return cmd.VideoTiming(f"{rate.numerator}/{rate.denominator}", f"{base.numerator}/{base.denominator}",
+                           times.setpts(), major=major)  # fmt: skip

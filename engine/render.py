@@ -1,0 +1,295 @@
+"""Rendering frames: the face stage of a run, and a video job's segments, each processed and encoded to its file.
+
+Every frame is handed to the chain with its `FrameContext`: its output frame number, its faces and its time
+(`Span.times`). One process renders the missing segments in order from one decoder (`render_missing`), with face
+analysis and identity QA on their own threads; a worker given one segment alone decodes from that segment's first
+frame (`render_alone`, what `engine.cluster` runs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine import ffmpeg_commands as cmd
+from engine import jobdir, segments, workers
+from engine.chain import BatchLimit, QualityCheck, batch_size, process_checked
+from engine.errors import InvalidInput, InvalidJob, MediaError
+from engine.faces.qa import IdentityQA
+from engine.faces.stage import FaceStage
+from engine.job import Job
+from engine.media import FrameReader, FrameTimes, FrameWriter, MediaInfo, Span
+from engine.models.runtime import Runtime
+from engine.processor import FrameContext, FrameProcessor
+from engine.progress import NullProgress, Progress
+from engine.provenance import watermark
+from engine.segments import Segment
+from engine.types import Frame
+
+
+@dataclass
+class Faces:
+    """The face stage of a run, its identity QA and its counters."""
+
+    stage: FaceStage
+    qa: IdentityQA | None
+    faces: int = 0
+    empty_frames: int = 0
+
+    def annotate(
+        self, frames: Iterable[Frame], start: int = 0, times: FrameTimes | None = None
+    ) -> Iterator[tuple[Frame, FrameContext]]:
+        """Each frame with its faces; frames are numbered from `start` (the output frame of the first one) and
+        timed by `times` (output frame n at `times.seconds(n)`; None: no time)."""
+        for index, (frame, found) in enumerate(self.stage.annotate(frames), start):
+            yield (
+                frame,
+                FrameContext(
+                    index=index, faces=found, source=self.stage.source, time=_time(times, index), original=frame
+                ),
+            )
+
+    def count(self, ctxs: Iterable[FrameContext]) -> None:
+        """Count the faces of frames being processed (not when found: analysis runs ahead of processing)."""
+        for ctx in ctxs:
+            self.faces += len(ctx.faces)
+            self.empty_frames += not ctx.faces
+
+
+def _time(times: FrameTimes | None, index: int) -> float | None:
+    return None if times is None else float(times.seconds(index))
+
+
+def face_stage(
+    job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: MediaInfo, span: Span
+) -> Faces | None:
+    """The face stage when a processor of the chain needs faces (sources checked before any frame is read)."""
+    if not any(p.needs_faces for p in chain):
+        return None
+    for i, processor in enumerate(chain):
+        resizing = [p.id for p in chain[:i] if p.output_size(info.width, info.height) != (info.width, info.height)]
+        if processor.needs_faces and resizing:
+            raise InvalidJob(
+                f"{processor.id} must come before {', '.join(resizing)}: faces are found on the input frame"
+            )
+    if any(p.needs_source for p in chain) and not job.sources:
+        names = ", ".join(p.id for p in chain if p.needs_source)
+        raise InvalidInput(f"{names} needs a source face: add --source IMAGE")
+    if job.faces.analyser == "buffalo_l" and any(p.needs_landmarks68 for p in chain):
+        names = ", ".join(p.id for p in chain if p.needs_landmarks68)
+        raise InvalidJob(
+            f"{names} needs 68-point landmarks, which buffalo_l does not give: use faces.analyser=embedded"
+        )
+    # Tracking smooths over seconds, so it needs the rate of the frames it sees: the output rate.
+    stage = FaceStage.create(job.faces, runtime, job.sources, job.target, fps=float(span.rate))
+    qa = None
+    if stage.source is not None and job.faces.qa_every > 0:
+        qa = IdentityQA(stage.analyser, stage.source.embedding, every=job.faces.qa_every)
+    return Faces(stage, qa)
+
+
+def annotated(
+    faces: Faces | None, frames: Iterable[Frame], start: int = 0, times: FrameTimes | None = None
+) -> Iterator[tuple[Frame, FrameContext]]:
+    """Each frame with its context (faces only when a face stage runs), numbered from `start`, timed by `times`."""
+    if faces is None:
+        return ((frame, FrameContext(index=i, time=_time(times, i))) for i, frame in enumerate(frames, start))
+    return faces.annotate(frames, start, times)
+
+
+@dataclass
+class VideoRender:
+    """Everything a video job's segments are rendered with: the job, its chain and runtime, the probed target and
+    its span, the output frame size (pixels, before the writer pads odd sizes), the face stage (None when no
+    processor needs faces), the frames per processor call and the batch limit, shared so that an out-of-memory
+    halving lasts the whole run. `check` is identity QA (None: off); a run replaces the synchronous check with one
+    that hands frames to its QA thread."""
+
+    job: Job
+    chain: Sequence[FrameProcessor]
+    runtime: Runtime
+    info: MediaInfo
+    span: Span
+    size: tuple[int, int]
+    faces: Faces | None
+    batch: int
+    limit: BatchLimit
+    check: QualityCheck | None = None
+
+    def __post_init__(self) -> None:
+        if self.check is None and self.faces is not None and self.faces.qa is not None:
+            self.check = self.faces.qa.check
+
+    @property
+    def encoder(self) -> str:
+        """What segments are encoded with: the job's encoder, or losslessly for a GIF (made when joining)."""
+        gif = self.job.output.suffix.lower() == cmd.GIF_SUFFIX
+        return cmd.INTERMEDIATE_ENCODER if gif else self.job.video.encoder
+
+
+# Renders the missing segments (the last argument) of a job into its folder, recording each as it is finished.
+SegmentRenderer = Callable[[VideoRender, jobdir.JobFolder, segments.Plan, Sequence[Segment], Progress], None]
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    """What rendering one segment on its own made: the frames written, the face counts of its frames (`faces`,
+    `empty`; none when no processor needs faces), and its identity QA records (frame, distance before, after)."""
+
+    frames: int
+    counts: dict[str, int]
+    identity: list[tuple[int, float, float]]
+
+
+def render_segment(
+    render: VideoRender,
+    segment: Segment,
+    frames: Iterable[tuple[Frame, FrameContext]],
+    path: Path,
+    progress: Progress | None = None,
+) -> int:
+    """Process one segment of a video job into the file `path` (.mp4, no audio, no tags: those come when the
+    segments are joined); returns the frames written, checked to be in the file at their times.
+
+    frames: the segment's input frames (H×W×3 uint8 RGB, the target's size) with their contexts, numbered by output
+    frame of the span: `segment.frames` of them (the last segment of a plan takes every frame the decoder still
+    gives, since an open-ended plan's count is an estimate). Processing overlaps encoding through a bounded queue;
+    on any error the encoder is stopped and nothing is left at `path`.
+    """
+    progress = progress or NullProgress()
+    video = render.job.video
+    encoded: queue.Queue[Any] = queue.Queue(maxsize=2 * render.batch)
+    stop = threading.Event()
+    times = render.span.output_times(segment.start)
+    # The watermark goes into each output frame as it is encoded (here, so Ray workers mark their segments too).
+    mark = watermark.marker(video.watermark)
+    with FrameWriter(path, *render.size, times, crf=video.crf, preset=video.preset, encoder=render.encoder) as writer:
+        encode = workers.Worker("encode", lambda: workers.consume(encoded, writer.write, stop))
+        try:
+            for chunk in workers.chunks(frames, render.batch):
+                batch_frames = [frame for frame, _ in chunk]
+                ctxs = [ctx for _, ctx in chunk]
+                if render.faces is not None:
+                    render.faces.count(ctxs)
+                for out in process_checked(render.chain, render.check, batch_frames, ctxs, render.limit):
+                    workers.put(encoded, mark(out), stop, encode)
+                progress.advance(len(chunk))
+            workers.put(encoded, workers.END, stop, encode)
+            encode.join()
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            stop.set()
+            encode.thread.join(timeout=5)
+    return writer.frames_written
+
+
+def segment_render(
+    job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: MediaInfo, span: Span, size: tuple[int, int]
+) -> VideoRender:
+    """What a worker renders segments of `job` with (`render_alone`): `info`, `span` and the output `size`
+    (pixels) as the job's driver found them; the face stage (source analysed once) and the batch are its own."""
+    faces = face_stage(job, chain, runtime, info, span)
+    batch = batch_size(chain, runtime, info.width, info.height)
+    return VideoRender(job, chain, runtime, info, span, size, faces, batch, BatchLimit(batch))
+
+
+def render_alone(render: VideoRender, segment: Segment, last: bool, path: Path) -> SegmentResult:
+    """Render `segment` of the job on its own into `path`, decoding the target from the segment's first frame
+    (`FrameReader(skip=segment.start)`); `last`: the plan's last segment, which takes every frame left.
+
+    Face tracking starts afresh at the segment's first frame (no track or chosen face carries over from whatever
+    this process rendered before). Raises MediaError when a segment other than the last gets too few frames."""
+    faces = render.faces
+    before = face_counts(faces)
+    checked = 0
+    if faces is not None:
+        faces.stage.restart()
+        checked = len(faces.qa.records) if faces.qa is not None else 0
+    with FrameReader(render.job.target, render.info, render.span, skip=segment.start) as reader:
+        stream = annotated(faces, reader, segment.start, render.span.times)
+        written = render_segment(render, segment, stream if last else itertools.islice(stream, segment.frames), path)
+    if not last and written != segment.frames:
+        path.unlink(missing_ok=True)
+        raise MediaError(
+            f"{render.job.target} gave {written} frames for output frames {segment.start}–{segment.stop - 1}, "
+            f"expected {segment.frames}"
+        )
+    after = face_counts(faces)
+    identity = faces.qa.records[checked:] if faces is not None and faces.qa is not None else []
+    return SegmentResult(written, {k: after[k] - before[k] for k in after}, list(identity))
+
+
+def render_missing(
+    render: VideoRender, folder: jobdir.JobFolder, plan: segments.Plan, todo: Sequence[Segment], progress: Progress
+) -> None:
+    """Render `todo` in order from one decoder that starts at the first of them; frames of finished segments in
+    between (segments finished elsewhere) are decoded and dropped.
+
+    Faces of the next frames are found on their own thread while a batch is processed, and identity QA measures
+    finished frames on another: the analyser's native code runs while the processors' does (a lock keeps the
+    analyser's own calls one at a time)."""
+    batch = render.batch
+    decoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
+    stop = threading.Event()
+    first = todo[0].start
+    last = plan.segments[-1]
+    faces = render.faces
+    times = render.span.times
+    with FrameReader(render.job.target, render.info, render.span, skip=first) as reader:
+        decode = workers.Worker("decode", lambda: workers.produce(iter(reader), decoded, stop))
+        running = [decode]
+        try:
+            source = workers.drain(decoded, decode, stop)
+            stream = annotated(None, source, first, times)
+            if faces is not None:
+                found: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
+                analyse = workers.Worker(
+                    "faces", lambda: workers.produce(faces.annotate(source, first, times), found, stop)
+                )
+                running.append(analyse)
+                stream = workers.drain(found, analyse, stop)
+            qa = None
+            if render.check is not None:
+                qa = workers.HandOff("qa", render.check, 2 * batch, stop)
+                render.check = qa.put
+                running.append(qa.worker)
+            position = first
+            for segment in todo:
+                for _ in itertools.islice(stream, segment.start - position):
+                    pass
+                # The last segment takes every frame that is left: an open-ended plan's count is an estimate.
+                frames = stream if segment is last else itertools.islice(stream, segment.frames)
+                before = face_counts(render.faces)
+                written = render_segment(render, segment, frames, folder.work_path(segment), progress)
+                if segment is not last and written != segment.frames:
+                    raise MediaError(
+                        f"{render.job.target} gave {written} frames for output frames {segment.start}–"
+                        f"{segment.stop - 1}, expected {segment.frames}"
+                    )
+                after = face_counts(render.faces)
+                folder.finish(segment, written, {k: after[k] - before[k] for k in after})
+                position = segment.start + written
+            if qa is not None:
+                qa.finish()
+            # The decoder may still hold frames of finished segments after the last one rendered here.
+            stop.set()
+            for worker in running:
+                worker.join()
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            stop.set()
+            for worker in running:
+                worker.thread.join(timeout=5)
+
+
+def face_counts(faces: Faces | None) -> dict[str, int]:
+    return {} if faces is None else {"faces": faces.faces, "empty": faces.empty_frames}

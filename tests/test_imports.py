@@ -1,0 +1,117 @@
+"""Imports point one way: no module of the engine, the processors or the web UI imports, however indirectly, one that imports
+it back. Every import counts, the ones inside functions and under TYPE_CHECKING too (read from the source)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("engine", "processors", "webui")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules `name` imports (`from a import b` counts as a.b when that is a module, else a)."""
+
+    def known(dotted: str) -> str | None:
+        while dotted and dotted not in modules:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str | None] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {known(alias.name) for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            found |= {known(f"{base}.{alias.name}") or known(base) for alias in node.names}
+    # A module's own package (its __init__) is not a dependency of interest unless it imports the module back,
+    # which the package's own entry catches.
+    return {m for m in found if m is not None and m != name and not name.startswith(f"{m}.")}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_engine_the_processors_and_the_ui_have_no_import_cycle() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_engine_imports_neither_the_ui_nor_the_processors_but_for_ray_workers() -> None:
+    modules = _modules()
+    engine = {name for name in modules if name.startswith("engine")}
+    outward = {
+        (name, dep) for name in engine for dep in _imports(name, modules[name], modules) if not dep.startswith("engine")
+    }
+    # The one exception: a Ray worker (engine.cluster) builds the job's chain from the registry itself, since only
+    # the raw job travels to it.
+    assert outward == {("engine.cluster", "processors")}
+    sources = (path.read_text(encoding="utf-8") for name, path in modules.items() if name in engine)
+    assert not any("import webui" in text or "from webui" in text for text in sources)
+
+
+def test_the_front_ends_reach_the_engine_through_its_service() -> None:
+    """The UI calls the engine service and the settings it presents, not the model, face and runtime internals the
+    service hides (the runtime, the fetcher, the catalogue's files, the face stage and analysers)."""
+    modules = _modules()
+    internals = ("engine.models.runtime", "engine.models.fetch", "engine.models.manifest", "engine.faces.stage",
+                 "engine.faces.buffalo", "engine.faces.embedded")  # fmt: skip
+    reaching = {
+        (name, dep)
+        for name in modules
+        if name.startswith("webui")
+        for dep in _imports(name, modules[name], modules)
+        if dep.startswith(internals)
+    }
+    assert reaching == set()

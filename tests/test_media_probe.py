@@ -1,0 +1,186 @@
+"""engine/media/probe.py and headers.py against real ffprobe and ffmpeg: every test runs both ways where it can."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mediakit import H, W, ffmpeg, flash_and_beep, quadrants, seconds, sine, single_line_error
+from PIL import Image
+
+from engine import media
+from engine.errors import InvalidInput, TruncatedInput
+from engine.media import MediaInfo, probe
+
+pytest_plugins = ["mediafixtures"]
+
+
+def test_probe_cfr_clip(clips: dict[str, Path], probe_path: str) -> None:
+    info = probe(clips["cfr.mp4"])
+    assert info == MediaInfo(
+        path=clips["cfr.mp4"], kind="video", width=W, height=H, frame_count=25, fps=25.0, fps_rational="25/1",
+        duration=1.0, rotation=0, has_audio=True, audio_codec="aac", vfr=False, video_codec="h264",
+        pix_fmt="yuv420p", format_name="mov,mp4,m4a,3gp,3g2,mj2",
+        time_base=Fraction(1, 12800), timestamps=tuple(range(0, 25 * 512, 512)),
+        start_time=Fraction(0), audio_start=Fraction(0), hidden=0,
+    )  # fmt: skip
+
+
+def test_probe_ntsc_rate_is_exact(clips: dict[str, Path], probe_path: str) -> None:
+    info = probe(clips["ntsc.mkv"])
+    assert (info.frame_count, info.fps_rational, info.vfr) == (30, "30000/1001", False)
+    assert info.format_name == "matroska,webm"
+    assert (info.has_audio, info.audio_codec) == (True, "opus")
+
+
+def test_probe_vfr_clip(clips: dict[str, Path], probe_path: str) -> None:
+    info = probe(clips["vfr.mp4"])
+    assert info.vfr
+    assert info.frame_count == 25
+    # Gaps of 1/25 s up to frame 10, then 3/25 s; the last frame lasts the median gap: (52 + 3) / 25 s.
+    assert info.duration == pytest.approx(55 / 25)
+    assert info.fps_rational == "125/11"
+
+
+def test_probe_gives_each_frame_of_a_variable_rate_clip_its_time(clips: dict[str, Path], probe_path: str) -> None:
+    info = probe(clips["vfr12.mp4"])
+    assert seconds(info) == [Fraction(k, 12) for k in range(6)] + [Fraction(1, 2) + Fraction(k, 2) for k in range(6)]
+
+
+def test_probe_gives_a_gif_its_delays(clips: dict[str, Path], probe_path: str) -> None:
+    info = probe(clips["uneven.gif"])
+    assert (info.kind, info.format_name, info.time_base) == ("video", "gif", Fraction(1, 100))
+    assert info.timestamps == (0, 10, 30, 60, 100, 110)
+
+
+def test_probe_places_a_video_that_starts_after_its_audio(tmp_path: Path, probe_path: str) -> None:
+    clip = flash_and_beep(tmp_path / "late.mp4", 1.0, video_offset=1.0)
+    info = probe(clip)
+    assert info.start_time == 1 and info.audio_start is not None and abs(info.audio_start) < 0.05
+    assert info.timestamps[0] == 0 and info.frame_count == 50
+
+
+def test_probe_counts_only_the_frames_of_an_open_gop_cut(clips: dict[str, Path], probe_path: str) -> None:
+    mkv = probe(clips["open_gop_cut.mkv"])  # the two leading pictures have no timestamp: not frames
+    assert mkv.frame_count == 50 and mkv.hidden >= 1
+    assert seconds(mkv) == [Fraction(k, 25) for k in range(50)]
+    mp4 = probe(clips["open_gop_cut.mp4"])  # an edit list marks the pictures before 2.5 s discarded
+    assert mp4.frame_count == 37 and seconds(mp4) == [Fraction(k, 25) for k in range(37)]
+    assert mp4.hidden >= 12  # at least the frames 2.0 … 2.44 s of the GOP the cut starts in
+
+
+@pytest.mark.parametrize(
+    "clip",
+    ["cfr.mp4", "ntsc.mkv", "vfr.mp4", "vfr12.mp4", "pcm.avi", "rotated.mp4", "uneven.gif", "open_gop_cut.mkv",
+     "open_gop_cut.mp4"],
+)  # fmt: skip
+def test_ffprobe_and_ffmpeg_only_agree(clips: dict[str, Path], monkeypatch: pytest.MonkeyPatch, clip: str) -> None:
+    if media.find_ffprobe() is None:
+        pytest.skip("no ffprobe on this machine")
+    with_ffprobe = probe(clips[clip])
+    monkeypatch.setenv("FACESTUDIO_FFPROBE", "none")
+    assert probe(clips[clip]) == with_ffprobe
+
+
+def test_ffprobe_and_ffmpeg_only_agree_on_a_start_offset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if media.find_ffprobe() is None:
+        pytest.skip("no ffprobe on this machine")
+    clip = flash_and_beep(tmp_path / "late.mp4", 0.5, video_offset=1.0)
+    with_ffprobe = probe(clip)
+    monkeypatch.setenv("FACESTUDIO_FFPROBE", "none")
+    assert probe(clip) == with_ffprobe
+
+
+@pytest.mark.parametrize(
+    ("make", "pattern"),
+    [
+        (lambda p: None, "does not exist"),
+        (lambda p: p.write_bytes(b""), "is empty"),
+        (lambda p: p.mkdir(), "is a folder"),
+        (lambda p: p.write_text("hello, this is not a video\n" * 20), "cannot read"),
+    ],
+    ids=["missing", "empty", "directory", "not-media"],
+)
+def test_probe_rejects_unusable_files(tmp_path: Path, probe_path: str, make, pattern: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "target.mp4"
+    make(path)
+    with pytest.raises(InvalidInput, match=pattern) as caught:
+        probe(path)
+    assert type(caught.value) is InvalidInput
+    single_line_error(caught.value, path)
+
+
+def test_probe_rejects_audio_only(clips: dict[str, Path], probe_path: str) -> None:
+    with pytest.raises(InvalidInput, match="no video stream, only audio") as caught:
+        probe(clips["audio.m4a"])
+    single_line_error(caught.value, clips["audio.m4a"])
+
+
+def test_probe_rejects_audio_with_cover_art(tmp_path: Path, probe_path: str) -> None:
+    song = tmp_path / "song.mp3"
+    cover = ["-f", "lavfi", "-i", "color=red:size=32x32:duration=0.04"]
+    ffmpeg(*sine(), *cover, "-map", "0", "-map", "1", "-c:a", "libmp3lame", "-c:v", "mjpeg",
+           "-disposition:v", "attached_pic", str(song))  # fmt: skip
+    with pytest.raises(InvalidInput, match="no video stream"):
+        probe(song)
+
+
+def test_probe_rejects_moov_at_end_cut(clips: dict[str, Path], tmp_path: Path, probe_path: str) -> None:
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(clips["moov_end.mp4"].read_bytes()[:-2000])  # the index (moov) is gone
+    with pytest.raises(InvalidInput) as caught:
+        probe(cut)
+    assert type(caught.value) is InvalidInput
+    single_line_error(caught.value, cut)
+
+
+def test_truncated_faststart_clip_is_refused_naming_the_counts(
+    clips: dict[str, Path], tmp_path: Path, probe_path: str
+) -> None:
+    data = clips["cfr.mp4"].read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[: len(data) * 2 // 3])  # index intact, the last frames' data missing
+    with pytest.raises(TruncatedInput, match=r"expected 25 frames, the file holds \d+\)") as caught:
+        probe(cut)
+    single_line_error(caught.value, cut)
+    with pytest.raises(TruncatedInput):
+        media.FrameReader(cut)
+
+
+def test_probe_rotation_gives_display_size(clips: dict[str, Path], probe_path: str) -> None:
+    info = probe(clips["rotated.mp4"])
+    assert (info.rotation, info.width, info.height) == (90, H, W)
+
+
+@pytest.mark.parametrize("name", ["-x.mp4", "concat:a|b.mp4", "http:clip.mp4", "a:b.mp4"])
+def test_a_path_is_never_read_as_an_option_or_a_protocol(
+    clips: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe_path: str, name: str
+) -> None:
+    (tmp_path / name).write_bytes(clips["cfr.mp4"].read_bytes())
+    monkeypatch.chdir(tmp_path)
+    info = probe(Path(name))  # relative, as a user types it
+    assert (info.frame_count, info.path) == (25, Path(name))
+    assert media.read_video_metadata(Path(name)) is not None
+
+
+def test_images_are_recognised_by_content(clips: dict[str, Path], tmp_path: Path) -> None:
+    disguised = tmp_path / "photo.jpg"
+    Image.fromarray(quadrants(H, W)).save(disguised, format="PNG")
+    info = probe(disguised)
+    assert (info.kind, info.format_name, info.width, info.height, info.frame_count) == ("image", "PNG", W, H, 1)
+    video_named_png = tmp_path / "clip.png"
+    video_named_png.write_bytes(clips["cfr.mp4"].read_bytes())
+    assert probe(video_named_png).kind == "video"
+    with pytest.raises(InvalidInput, match=r"clip\.png"):
+        media.read_image(video_named_png)
+
+
+def test_cut_image_is_rejected(tmp_path: Path) -> None:
+    whole = tmp_path / "whole.png"
+    Image.fromarray(np.random.default_rng(3).integers(0, 256, (H, W, 3), dtype=np.uint8)).save(whole)
+    cut = tmp_path / "cut.png"
+    cut.write_bytes(whole.read_bytes()[:-400])
+    with pytest.raises(InvalidInput, match=r"cut\.png"):
+        probe(cut)
