@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import cli
 from engine import demo
 from engine import media as video
 from engine.errors import InvalidInput
@@ -419,15 +420,19 @@ def test_launch_live_with_a_video_file_as_the_camera_writes_swapped_frames_to_th
     assert swapped_towards_source(frame, card[last["pts"]], analyser)
 
 
-def test_launch_live_stops_after_the_frames_asked_for_and_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+def test_launch_live_stops_after_the_frames_asked_for_and_refuses_what_it_cannot_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In this process (cli.main is what launch.py calls; the test above runs launch.py itself).
     clip = testcard.write(tmp_path / "camera.mp4", 320, 240, 24, count=240)
     source = str(demo.source_photo())
     sink = tmp_path / "frames"
-    done = run_cli(["live", "--camera", str(clip), "--source", source, "--no-window", "--sink", f"frames:{sink}",
-                    "--frames", "3", "--yes"], tmp_path)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    done = cli.main(["live", "--camera", str(clip), "--source", source, "--no-window", "--sink", f"frames:{sink}",
+                     "--frames", "3", "--yes"])  # fmt: skip
+    assert done == 0, capsys.readouterr().err
     assert sorted(p.name for p in sink.iterdir()) == ["frame-000000.png", "frame-000001.png", "frame-000002.png",
                                                       "frames.jsonl"]  # fmt: skip
+    assert capsys.readouterr().out.startswith("live: 3 of ")
     refused = {
         "no source": (["--camera", str(clip), "--no-window", "--yes"], "face_swapper needs a source face"),
         "no camera": (["--camera", "7", "--source", source, "--yes"], "camera 7 cannot be opened"),
@@ -435,7 +440,8 @@ def test_launch_live_stops_after_the_frames_asked_for_and_refuses_what_it_cannot
         "no consent": (["--camera", str(clip), "--source", source], "acknowledge the responsible-use notice"),
     }
     for name, (args, message) in refused.items():
-        result = run_cli(["live", *args], tmp_path)
-        assert result.returncode == 2, (name, result.stderr)
-        assert result.stderr.startswith("error: ") and message in result.stderr, (name, result.stderr)
-        assert result.stderr.count("\n") == 1, (name, result.stderr)
+        code = cli.main(["live", *args])
+        err = capsys.readouterr().err
+        assert code == 2, (name, err)
+        assert err.startswith("error: ") and message in err, (name, err)
+        assert err.count("\n") == 1, (name, err)

@@ -124,11 +124,13 @@ def run_camera(
             recorder.abort()
         raise failure
     stats = loop.stats
+    # A frame rendered after the last one asked for was not delivered: not counted.
+    processed = stats.frames if frames is None else min(stats.frames, frames)
     return Summary(
         captured=stats.offered,
-        processed=stats.frames,
+        processed=processed,
         seconds=elapsed,
-        fps=stats.frames / elapsed if elapsed > 0 else 0.0,
+        fps=processed / elapsed if elapsed > 0 else 0.0,
         processing_ms=statistics.median(stats.processing) if stats.processing else 0.0,
         latency_ms=statistics.median(stats.latency) if stats.latency else 0.0,
         latency_p95_ms=percentile(stats.latency, 95) if stats.latency else 0.0,
