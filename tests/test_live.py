@@ -29,6 +29,7 @@ from engine.live.faces import CameraDetector, track_live
 from engine.live.local import run_camera
 from engine.live.loop import Captured, LatestFrame, LiveLoop, Processed, SinkThread
 from engine.live.record import Recorder
+from engine.provenance import verify
 from engine.service import LIVE_OUTPUT, LIVE_TARGET, Rendered, Service
 from processors import REGISTRY
 from tests.conftest import audio_seconds
@@ -314,6 +315,14 @@ def test_a_recording_keeps_the_stream_timing_the_microphone_and_says_it_is_synth
     assert sidecar["output"]["frames"] == recording.frames and sidecar["output"]["audio"] is True
     assert sidecar["processors"] == {"face_swapper": {"model": "landmark_warp"}}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["take.mp4", "take.mp4.job.json"]
+    # Signed Content Credentials, as every output has: made by facestudio from the source, AI-generated.
+    checked = verify.inspect(recording.output)
+    assert checked.credentials == "valid" and checked.mine and checked.source_type == "AI-generated"
+    assert checked.actions == ("c2pa.created",) and checked.processors == ("face_swapper",)
+    assert [i["title"] for i in checked.ingredients] == ["source 1"]
+    assert checked.facestudio is not None and checked.facestudio["live"] == {"camera": "camera 0"}
+    assert sidecar["provenance"]["credentials"]["signed"] is True
+    assert sidecar["provenance"]["ingredients"][0]["sha256"] == checked.ingredients[0]["sha256"]
 
 
 def test_a_recording_with_nothing_processed_or_aborted_leaves_nothing(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Recording a live stream: the processed frames (and the microphone's audio) to a video file, tagged synthetic
-with its `.job.json` sidecar like every output."""
+like every output: container tags, signed C2PA Content Credentials, the watermark when `video.watermark` is on,
+and its `.job.json` sidecar."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from engine.ffmpeg_commands import Audio, muxer_for
 from engine.job import Job
 from engine.live.loop import Processed, percentile
 from engine.media import FrameTimes, FrameWriter, join_segments, output_rate
+from engine.models.fetch import sha256_file
+from engine.provenance import credentials, keys, watermark
 from engine.sidecar import VERSION, sidecar_path, synthetic_metadata
 from engine.types import Frame
 
@@ -55,8 +58,10 @@ class Recorder:
     processed) and never holds an unprocessed frame. Frames of another size than the first are scaled to it.
     Audio: mono 16-bit samples at `audio_rate`, placed by their arrival time (a gap is filled with silence), so
     picture and sound stay together. Encoded with the job's video encoder and CRF at the `veryfast` preset (it
-    runs in real time). Nothing appears at `output` until `finish` has written it whole with its sidecar; `abort`,
-    or a failure, leaves nothing behind.
+    runs in real time). Signed with `signing` (else `keys.resolve()`: checked here, before anything records), its
+    ingredients the sources; an .mkv cannot carry credentials and is written without them, as a run's is. Nothing
+    appears at `output` until `finish` has written it whole with its sidecar; `abort`, or a failure, leaves
+    nothing behind.
 
     A Sink (`send`) for a SinkThread: a slow encoder makes it skip processed frames, never slows the stream."""
 
@@ -69,11 +74,19 @@ class Recorder:
         processors: dict[str, dict[str, Any]],
         *,
         audio_rate: int = 48000,
+        signing: keys.SigningKey | None = None,
     ) -> None:
         self.output = Path(output)
         muxer_for(self.output)  # an extension that cannot hold the video fails now, not at the end
         if not self.output.parent.is_dir():
             raise InvalidInput(f"cannot record to {self.output.name}: its folder does not exist")
+        self.key = signing or keys.resolve()
+        credentials.check_key(self.key)
+        self.ingredients = tuple(
+            credentials.Ingredient(f"source {i}", credentials.FORMATS.get(p.suffix.lower()), sha256_file(p), "inputTo")
+            for i, p in enumerate(job.sources, 1)
+        )
+        self._mark = watermark.marker(job.video.watermark)
         self.rate = output_rate(fps)
         self.job = job
         self.camera = camera
@@ -112,6 +125,7 @@ class Recorder:
                 )  # fmt: skip
             elif (frame.shape[1], frame.shape[0]) != self._size:
                 frame = cv2.resize(frame, self._size, interpolation=cv2.INTER_AREA)
+            frame = self._mark(frame)
             self._fill(self._slot(out.arrived), self._current if self._current is not None else frame)
             self._current = frame
             self._processed += 1
@@ -172,17 +186,19 @@ class Recorder:
                 self._wav.close()
                 audio = self._work / "audio.wav"
             sound = None if audio is None else Audio(audio, "pcm_s16le", Fraction(0), Fraction(seconds), cut=True)
+            joined = self._work / f"joined{self.output.suffix}"
             join_segments(
-                [(self._work / "video.mp4", self._written)], self.output, FrameTimes.constant(self.rate),
-                1 / self.rate, self._work / "concat.txt", sound, synthetic_metadata(self.job),
-                self.job.video.encoder,
+                [(self._work / "video.mp4", self._written)], joined, FrameTimes.constant(self.rate), 1 / self.rate,
+                self._work / "concat.txt", sound, synthetic_metadata(self.job), self.job.video.encoder,
             )  # fmt: skip
+            signed = self._seal(joined)
+            os.replace(joined, self.output)
             assert self._size is not None
             recording = Recording(
                 self.output, sidecar_path(self.output), self._written, seconds, audio is not None, self._size
             )
             try:
-                self._write_sidecar(recording)
+                self._write_sidecar(recording, signed)
             except BaseException:
                 self.output.unlink(missing_ok=True)  # an output without its provenance would look finished
                 raise
@@ -207,7 +223,21 @@ class Recorder:
             with contextlib.suppress(Exception):  # already closed, or its file already gone
                 self._wav.close()
 
-    def _write_sidecar(self, recording: Recording) -> None:
+    def _seal(self, path: Path) -> dict[str, Any]:
+        """Sign the finished file at `path` (its extension is the output's) in place; what the sidecar says of it."""
+        if not credentials.supports(self.output):
+            return {"signed": False, "reason": f"{self.output.suffix} files cannot carry C2PA Content Credentials"}
+        when = datetime.now(UTC).isoformat(timespec="seconds")
+        assertion = {"synthetic": True, "generator": f"facestudio {VERSION}", "processors": self.processors,
+                     "watermark": self.job.video.watermark, "live": {"camera": self.camera}}  # fmt: skip
+        definition = credentials.manifest(
+            self.output.name, VERSION, list(self.processors), self.ingredients, when, assertion
+        )
+        credentials.sign(path, definition, self.key)
+        key = "user" if self.key.origin == "user" else "this installation (self-issued)"
+        return {"signed": True, "standard": "C2PA", "signer": self.key.subject, "key": key, "when": when}
+
+    def _write_sidecar(self, recording: Recording, signed: dict[str, Any]) -> None:
         """The sidecar every output has (`<output>.job.json`, "synthetic": true; the job as a preset with its
         sources), with what a live recording adds: where its frames came from and how the stream ran."""
         raw = self.job.to_raw()
@@ -243,6 +273,11 @@ class Recorder:
             },
             "processors": self.processors,
             "faces": {"processed": self._faces},
+            "provenance": {
+                "credentials": signed,
+                "ingredients": [{"title": i.title, "sha256": i.sha256} for i in self.ingredients],
+                "watermark": self.job.video.watermark,
+            },
         }
         tmp = recording.sidecar.with_name(f".{recording.sidecar.name}.partial")
         try:
