@@ -325,6 +325,19 @@ def test_a_recording_keeps_the_stream_timing_the_microphone_and_says_it_is_synth
     assert sidecar["provenance"]["ingredients"][0]["sha256"] == checked.ingredients[0]["sha256"]
 
 
+def test_a_recording_with_the_watermark_on_carries_it(tmp_path: Path) -> None:
+    job = Job.parse({**SWAP, "target": "camera", "output": "live.mp4", "sources": [str(demo.source_photo())],
+                     "video": {"watermark": True}}, REGISTRY)  # fmt: skip
+    recorder = Recorder(tmp_path / "take.mp4", 10.0, job, "camera 0", {})
+    for i, frame in enumerate(testcard.frames(640, 480, 10)):
+        recorder.send(Processed(frame, i, i, recorder.start + 0.1 * i, 0, 0, 0, 5, 5, 1))
+    while time.monotonic() < recorder.start + 1.0:
+        time.sleep(0.01)
+    checked = verify.inspect(recorder.finish().output)
+    assert checked.credentials == "valid" and checked.watermark is not None and checked.watermark["found"]
+    assert checked.facestudio is not None and checked.facestudio["watermark"] is True
+
+
 def test_a_recording_with_nothing_processed_or_aborted_leaves_nothing(tmp_path: Path) -> None:
     job = Job.parse({**SWAP, "target": "camera", "output": "live.mp4"}, REGISTRY)
     empty = Recorder(tmp_path / "a.mp4", 30.0, job, "camera 0", {})
