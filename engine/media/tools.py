@@ -1,4 +1,4 @@
-"""Finding the ffmpeg and ffprobe executables and asking what they can do (version, encoders).
+"""Finding the ffmpeg and ffprobe executables and asking what they can do (version, encoders, NVENC and NVDEC).
 
 ffmpeg is `FACESTUDIO_FFMPEG` when set, else a system FFmpeg ≥ 5.1 on PATH, else the binary imageio-ffmpeg ships.
 ffprobe is optional: without it, `probe` gets the same answers from ffmpeg alone.
@@ -97,6 +97,30 @@ def check_encoder(encoder: str, ffmpeg: str | None = None) -> None:
     )
 
 
+def encoder_works(encoder: str, ffmpeg: str | None = None) -> tuple[bool, str | None]:
+    """Whether `ffmpeg` (default: `find_ffmpeg()`) encodes one frame with `encoder` here, with ffmpeg's first error
+    line when it does not: the proof a hardware encoder (NVENC) needs, since one can be built in and still lack
+    its GPU or driver. Asked once per executable in a process; `doctor` and `video.encoder=auto` both use it."""
+    return _works(tuple(cmd.encoder_test_args(ffmpeg or find_ffmpeg(), encoder)))
+
+
+def hwaccel_works(ffmpeg: str | None = None) -> tuple[bool, str | None]:
+    """Whether `ffmpeg` can open a CUDA device and move a frame onto it and back (`-hwaccel cuda`, NVDEC), with
+    ffmpeg's first error line when it cannot; asked once per executable in a process."""
+    return _works(tuple(cmd.hwaccel_test_args(ffmpeg or find_ffmpeg())))
+
+
+def _works(args: tuple[str, ...]) -> tuple[bool, str | None]:
+    try:
+        done = _ask(args[0], args)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    if done.returncode == 0 and not done.stderr.strip():
+        return True, None
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return False, lines[0] if lines else f"exit status {done.returncode}"
+
+
 def ffmpeg_version(ffmpeg: str) -> tuple[int, int] | None:
     """(major, minor) from `ffmpeg -version`, or None when the build does not say (git builds: "N-…")."""
     try:
@@ -125,4 +149,5 @@ def _ask(executable: str, args: tuple[str, ...]) -> subprocess.CompletedProcess[
 # modification time (a replaced binary is asked again); it holds nothing of any job.
 @functools.lru_cache(maxsize=32)
 def _asked(args: tuple[str, ...], size: int, mtime_ns: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(args), capture_output=True, text=True, errors="replace", check=False)
+    # A bounded wait: a test encode on a GPU whose driver hangs must not hang the job (a timeout is not cached).
+    return subprocess.run(list(args), capture_output=True, text=True, errors="replace", check=False, timeout=60)
