@@ -236,7 +236,10 @@ def choose_encoder(requested: str, width: int, height: int, ffmpeg: str | None =
         if works:
             return hardware, None
         why = f"{hardware} failed its test frame ({error})"
-    return cmd.AUTO_SOFTWARE, f"video.encoder=auto: encoded with {cmd.AUTO_SOFTWARE} on the CPU, since {why}"
+    return (
+        cmd.AUTO_SOFTWARE,
+        f"encoder: {cmd.AUTO_SOFTWARE} on the CPU, since {why} (video.encoder=auto takes NVENC where it works)",
+    )
 
 
 def check_times(written: MediaInfo, times: FrameTimes, frames: int, output: Path) -> None:
