@@ -73,6 +73,8 @@ class FrameProcessor(ABC, Generic[OptionsT]):
     Options: ClassVar[type[ProcessorOptions]]
     needs_faces: ClassVar[bool] = False
     needs_source: ClassVar[bool] = False
+    # Set by a processor that reads each frame's time in a video (an image target is refused before any work).
+    needs_video: ClassVar[bool] = False
     # Set by a processor whose current options need 68-point landmarks (the buffalo_l analyser has only 5).
     needs_landmarks68: bool = False
 
