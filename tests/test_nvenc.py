@@ -5,6 +5,7 @@ machine), NVDEC's stream rules and its fallback messages, and what `doctor` repo
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,8 @@ import pytest
 import cli
 from engine import demo, doctor, media
 from engine import ffmpeg_commands as cmd
-from engine.errors import InvalidInput
-from engine.media import decode, encode
+from engine.errors import BackendUnavailable, InvalidInput
+from engine.media import decode, encode, tools
 
 TIMING = cmd.VideoTiming("30/1", "1/30", "N")
 COLOUR = ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
@@ -223,3 +224,60 @@ def test_doctor_reports_nvdec_and_what_auto_takes() -> None:
     assert data["nvdec"] == {"works": None, "error": None}  # not tried without a GPU
     assert data["auto_encoder"] == "libx264" and "no NVIDIA GPU is visible" in data["auto_note"]
     assert not [p for p in problems if "nvenc" in p.message.lower() or "cuda device" in p.message]
+
+
+def _nvenc_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine's ffmpeg as if it listed every NVENC encoder (Debian's lacks av1_nvenc; any build here lacks a
+    GPU, so the real test frame fails whether the encoder is built in or not)."""
+    listed = frozenset({"libx264", "libx265", *cmd.NVENC_ENCODERS})
+    monkeypatch.setattr(tools, "available_encoders", lambda path: listed)
+
+
+@pytest.mark.parametrize("encoder", cmd.NVENC_ENCODERS)
+def test_an_nvenc_encoder_named_that_cannot_open_here_is_one_typed_line(
+    encoder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _nvenc_listed(monkeypatch)
+    monkeypatch.setattr(tools, "encoder_works", lambda name, path: (False, "Cannot load libcuda.so.1"))
+    with pytest.raises(BackendUnavailable) as caught:
+        media.check_encoder(encoder)
+    assert str(caught.value) == (
+        f"video.encoder={encoder} cannot encode here (Cannot load libcuda.so.1): NVENC needs an NVIDIA GPU and its "
+        "driver (in a container, NVIDIA_DRIVER_CAPABILITIES with video); choose video.encoder=auto or libx264"
+    )
+    monkeypatch.setattr(tools, "encoder_works", lambda name, path: (True, None))
+    media.check_encoder(encoder)  # proven: no error
+
+
+def test_the_test_frame_failure_is_ffmpegs_line_without_its_prefix() -> None:
+    works, error = tools.encoder_works("h264_nvenc", media.find_ffmpeg())
+    assert works is False  # no GPU here
+    assert error and not error.startswith("[") and "\n" not in error
+
+
+def test_a_run_naming_h264_nvenc_without_a_gpu_stops_before_any_work_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _nvenc_listed(monkeypatch)
+    clip = demo.make_clip(tmp_path / "clip.mp4", width=64, height=48, count=4, fps=12)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    code = cli.main([
+        "run", "--target", str(clip), "--output", str(out_dir / "o.mp4"), "--processors", "frame_enhancer",
+        "--set", "frame_enhancer.scale=1", "--set", "video.encoder=h264_nvenc", "--yes",
+    ])  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("error: video.encoder=h264_nvenc cannot encode here (")
+    assert err.endswith("choose video.encoder=auto or libx264\n")
+    assert list(out_dir.iterdir()) == []
+
+
+def test_a_writer_asked_for_nvenc_refuses_before_the_first_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _nvenc_listed(monkeypatch)
+    with pytest.raises(BackendUnavailable, match=r"^video.encoder=hevc_nvenc cannot encode here \("):
+        media.FrameWriter(tmp_path / "o.mp4", 64, 48, media.FrameTimes.constant(Fraction(12)), encoder="hevc_nvenc")
+    assert list(tmp_path.iterdir()) == []

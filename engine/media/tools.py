@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from engine import ffmpeg_commands as cmd
-from engine.errors import InvalidInput, MediaError
+from engine.errors import BackendUnavailable, InvalidInput, MediaError
 from engine.media.children import first_error
 
 logger = logging.getLogger(__name__)
@@ -84,10 +84,19 @@ def available_encoders(ffmpeg: str) -> frozenset[str]:
 
 def check_encoder(encoder: str, ffmpeg: str | None = None) -> None:
     """Raise InvalidInput, naming the encoder and what to do, when `ffmpeg` (default: `find_ffmpeg()`) was built
-    without the video encoder `encoder` (one of `ffmpeg_commands.VIDEO_ENCODERS`)."""
+    without the video encoder `encoder` (one of `ffmpeg_commands.VIDEO_ENCODERS`); BackendUnavailable when it is an
+    NVENC encoder that is built in but fails its test frame here (no NVIDIA GPU, driver or video capability), which
+    ffmpeg would otherwise only report once the first frame reaches it."""
     ffmpeg = ffmpeg if ffmpeg is not None else find_ffmpeg()
     available = available_encoders(ffmpeg)
     if encoder in available:
+        if encoder in cmd.NVENC_ENCODERS:
+            works, error = encoder_works(encoder, ffmpeg)
+            if not works:
+                raise BackendUnavailable(
+                    f"video.encoder={encoder} cannot encode here ({error}): NVENC needs an NVIDIA GPU and its driver "
+                    "(in a container, NVIDIA_DRIVER_CAPABILITIES with video); choose video.encoder=auto or libx264"
+                )
         return
     others = [e for e in cmd.VIDEO_ENCODERS if e != encoder and e in available]
     instead = f", or choose video.encoder={others[0]}" if others else ""
@@ -117,8 +126,8 @@ def _works(args: tuple[str, ...]) -> tuple[bool, str | None]:
         return False, str(exc)
     if done.returncode == 0 and not done.stderr.strip():
         return True, None
-    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-    return False, lines[0] if lines else f"exit status {done.returncode}"
+    # ffmpeg's first error line without its `[h264_nvenc @ 0x…]` prefix: it goes into notes and messages.
+    return False, first_error(done.stderr, Path(args[0])) if done.stderr.strip() else f"exit status {done.returncode}"
 
 
 def ffmpeg_version(ffmpeg: str) -> tuple[int, int] | None:
