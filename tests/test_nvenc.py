@@ -5,9 +5,11 @@ machine), NVDEC's stream rules and its fallback messages, and what `doctor` repo
 from __future__ import annotations
 
 import json
+import subprocess
 from fractions import Fraction
 from pathlib import Path
 
+import imageio_ffmpeg
 import pytest
 
 import cli
@@ -281,3 +283,26 @@ def test_a_writer_asked_for_nvenc_refuses_before_the_first_frame(
     with pytest.raises(BackendUnavailable, match=r"^video.encoder=hevc_nvenc cannot encode here \("):
         media.FrameWriter(tmp_path / "o.mp4", 64, 48, media.FrameTimes.constant(Fraction(12)), encoder="hevc_nvenc")
     assert list(tmp_path.iterdir()) == []
+
+
+_OPTION_ERRORS = ("Error setting option", "Unable to parse", "out of range", "Unrecognized option")
+
+
+@pytest.mark.parametrize("encoder", cmd.NVENC_ENCODERS)
+def test_ffmpeg_accepts_every_nvenc_quality_and_preset_we_build(encoder: str) -> None:
+    """imageio-ffmpeg's build has all three NVENC encoders: it parses and range-checks the encoder's options before it
+    looks for the GPU, so without one it gets as far as loading CUDA, and fails there, not on an option."""
+    ffmpeg = imageio_ffmpeg.get_ffmpeg_exe()
+    if encoder not in media.available_encoders(ffmpeg):
+        pytest.skip(f"this imageio-ffmpeg has no {encoder}")
+    for crf, preset in [(0, "medium"), (1, "ultrafast"), (18, "slow"), (28, "fast"), (51, "veryslow")]:
+        args = cmd.video_codec_args("mp4", encoder, crf, preset)
+        done = subprocess.run(
+            [ffmpeg, "-nostdin", "-hide_banner", "-v", "error", "-f", "lavfi", "-i", "color=s=256x256:r=25",
+             "-frames:v", "1", *args, "-f", "null", "-"],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        if done.returncode == 0:
+            continue  # a machine whose NVENC works
+        assert not [e for e in _OPTION_ERRORS if e in done.stderr], (args, done.stderr)
+        assert "libcuda" in done.stderr or "nvenc" in done.stderr.lower(), (args, done.stderr)
