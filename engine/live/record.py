@@ -57,11 +57,11 @@ class Recorder:
     `start + k / fps`, so the recording keeps the stream's real timing (a frame repeats until the next one is
     processed) and never holds an unprocessed frame. Frames of another size than the first are scaled to it.
     Audio: mono 16-bit samples at `audio_rate`, placed by their arrival time (a gap is filled with silence), so
-    picture and sound stay together. Encoded with the job's video encoder and CRF at the `veryfast` preset (it
-    runs in real time). Signed with `signing` (else `keys.resolve()`: checked here, before anything records), its
-    ingredients the sources; an .mkv cannot carry credentials and is written without them, as a run's is. Nothing
-    appears at `output` until `finish` has written it whole with its sidecar; `abort`, or a failure, leaves
-    nothing behind.
+    picture and sound stay together. Encoded with the job's video encoder (`auto` resolved by the writer) and CRF at
+    the `veryfast` preset (it runs in real time). Signed with `signing` (else `keys.resolve()`: checked here,
+    before anything records), its ingredients the sources; an .mkv cannot carry credentials and is written without
+    them, as a run's is. Nothing appears at `output` until `finish` has written it whole with its sidecar; `abort`,
+    or a failure, leaves nothing behind.
 
     A Sink (`send`) for a SinkThread: a slow encoder makes it skip processed frames, never slows the stream."""
 
@@ -189,7 +189,7 @@ class Recorder:
             joined = self._work / f"joined{self.output.suffix}"
             join_segments(
                 [(self._work / "video.mp4", self._written)], joined, FrameTimes.constant(self.rate), 1 / self.rate,
-                self._work / "concat.txt", sound, synthetic_metadata(self.job), self.job.video.encoder,
+                self._work / "concat.txt", sound, synthetic_metadata(self.job), self._writer.encoder,
             )  # fmt: skip
             signed = self._seal(joined)
             os.replace(joined, self.output)
