@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from engine.errors import InvalidJob
 from engine.faces.select import Order, Selector
-from engine.ffmpeg_commands import VIDEO_ENCODERS, X264_PRESETS
+from engine.ffmpeg_commands import ENCODER_CHOICES, X264_PRESETS
 from engine.home import home
 from engine.options import Shown, ignored
 from engine.processor import FrameProcessor, ProcessorOptions
@@ -42,7 +42,9 @@ class _Settings(BaseModel):
 class VideoSettings(_Settings):
     """How video output is encoded, which part of the target it covers and at what rate. Images ignore these.
 
-    crf: constant rate factor of either encoder (x264: 0 = lossless, 18 ≈ visually lossless).
+    encoder: `auto` is resolved once per job, before any work (`engine.media.choose_encoder`): the job that runs,
+        and its sidecar, name the encoder that was used.
+    crf: constant rate factor (x264: 0 = lossless, 18 ≈ visually lossless); NVENC's constant quality from it.
     fps: output frames per second (None = the target's rate, every frame kept).
     trim_start, trim_end: seconds from the target's first frame; the end is exclusive (None = to the end). The
         audio is cut to the same span.
@@ -50,15 +52,19 @@ class VideoSettings(_Settings):
         resumes from its last finished segment (`run --resume`); the output joins them without re-encoding.
     """
 
-    encoder: Literal[VIDEO_ENCODERS] = Field(  # type: ignore[valid-type]
-        default="libx264",
-        description="libx264: H.264, plays everywhere; libx265: HEVC, smaller at the same quality (tagged hvc1)",
+    encoder: Literal[ENCODER_CHOICES] = Field(  # type: ignore[valid-type]
+        default="auto",
+        description="auto: NVENC H.264 where it works here (doctor's test frame), else libx264, with a note; "
+        "libx264: H.264, plays everywhere; libx265: HEVC, smaller at the same quality (tagged hvc1); "
+        "h264_nvenc, hevc_nvenc, av1_nvenc: NVIDIA's GPU encoders (AV1: MP4 or MKV, Ada or newer)",
     )
     crf: Annotated[int, Shown(unit="CRF")] = Field(
-        default=18, ge=0, le=51, description="quality: lower is better and bigger (same scale for both)"
-    )
+        default=18, ge=0, le=51,
+        description="quality: lower is better and bigger (same scale for all; NVENC: its constant quality, AV1 ×63/51)",
+    )  # fmt: skip
     preset: Literal[X264_PRESETS] = Field(  # type: ignore[valid-type]
-        default="medium", description="encoder speed: slower presets make smaller files at the same quality"
+        default="medium",
+        description="encoder speed: slower presets make smaller files at the same quality (NVENC: p1 … p7)",
     )
     keep_audio: bool = Field(default=True, description="copy the target's first audio stream into the output")
     fps: Annotated[float | None, Shown(unit="fps")] = Field(

@@ -15,10 +15,10 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from engine.faces.align import estimate_affine, paste_back, transform_points, warp_face
+from engine.faces.align import estimate_affine, transform_points
 from engine.faces.masks import crop_mask
+from engine.models.executor import Executor, Frames, Images, executor_for
 from engine.models.runtime import LoadedModel, Runtime
-from engine.models.tensor import from_tensor, to_tensor
 from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Face, Frame
@@ -101,46 +101,53 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
         return {**self.loaded.describe(), "enhancer": self.model_id, "options": self.options.model_dump(mode="json")}
 
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
-        """Restore the faces of every frame (H×W×3 uint8 RGB); faces of all frames go through the model together."""
+        """Restore the faces of every frame (H×W×3 uint8 RGB); faces of all frames go through the model together,
+        on the device the model runs on (`engine.models.executor`)."""
         jobs = [(i, face) for i, ctx in enumerate(ctxs) for face in ctx.faces]
-        out = list(frames)
+        if not jobs:
+            return list(frames)
+        executor = executor_for(self.runtime, self.loaded.session)
+        batch = executor.load(frames)
         step = self.loaded.spec.io.batch or self.options.batch
         for start in range(0, len(jobs), step):
             chunk = jobs[start : start + step]
-            affines, restored = self._restore([frames[i] for i, _ in chunk], [face for _, face in chunk])
-            size = restored.shape[1]
-            for (i, face), affine, crop in zip(chunk, affines, restored, strict=True):
+            affines, restored, size = self._restore(executor, batch, chunk)
+            masks = []
+            for (_, face), affine in zip(chunk, affines, strict=True):
                 points = None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
                 mask = crop_mask(
                     size, points, kind=self.options.mask, padding=self.options.mask_padding,
                     blur=self.options.mask_blur,
                 )  # fmt: skip
-                out[i] = paste_back(out[i], crop, affine, mask * (self.options.blend / 100.0))
-        return out
+                masks.append(mask * (self.options.blend / 100.0))
+            batch.paste([(i, affine) for (i, _), affine in zip(chunk, affines, strict=True)], restored, masks)
+        return batch.result()
 
-    def _restore(self, frames: list[Frame], faces: list[Face]) -> tuple[list[np.ndarray], np.ndarray]:
-        """(affines mapping frame pixels to the model's aligned crops, restored N×S×S×3 uint8 RGB crops), S the
-        model's size on its template (the embedded model: 512 px on ffhq_512, restored from a 128 px crop)."""
+    def _restore(
+        self, executor: Executor, batch: Frames, chunk: list[tuple[int, Face]]
+    ) -> tuple[list[np.ndarray], Images, int]:
+        """(affines mapping frame pixels to the model's aligned crops, the restored crops, their size S): S×S×3
+        uint8 RGB crops where the executor keeps them, S the model's size on its template (the embedded model: 512
+        px on ffhq_512, restored from a 128 px crop)."""
         spec = self.loaded.spec
         embedded = self.model_id == EMBEDDED
         template = EMBEDDED_TEMPLATE if embedded else spec.template or EMBEDDED_TEMPLATE
         size = EMBEDDED_SIZE if embedded else spec.input_size or EMBEDDED_SIZE
-        affines = [estimate_affine(face.landmarks5, template, size) for face in faces]
+        affines = [estimate_affine(face.landmarks5, template, size) for _, face in chunk]
         if embedded:
             # Restore from a 128 px crop: the ×4 model brings it to 512 px with detail it synthesises.
-            small = [estimate_affine(face.landmarks5, template, DETAIL_INPUT) for face in faces]
-            crops = np.stack([warp_face(f, m, DETAIL_INPUT) for f, m in zip(frames, small, strict=True)])
+            small = [estimate_affine(face.landmarks5, template, DETAIL_INPUT) for _, face in chunk]
+            crops = batch.cut([(i, m) for (i, _), m in zip(chunk, small, strict=True)], DETAIL_INPUT)
         else:
-            crops = np.stack([warp_face(f, m, size) for f, m in zip(frames, affines, strict=True)])
+            crops = batch.cut([(i, m) for (i, _), m in zip(chunk, affines, strict=True)], size)
         io = spec.io
         # A downloaded graph's inputs are checked by name; a converted or exported one is fed in its input order.
         names = (io.input, io.fidelity) if io.inputs else (*self.loaded.session.input_names, None)[:2]
-        inputs = {names[0]: to_tensor(crops, io)}
+        per_call = {}
         if io.fidelity is not None:
             # CodeFormer's weight: float32 in our exports, float64 in FaceFusion's (as the file declares).
-            inputs[names[1]] = np.array([self.options.fidelity], dtype=io.input_type(io.fidelity))
-        (result, *_) = self.loaded.session.run(inputs)
-        restored = from_tensor(result, io)
-        if restored.shape[1:3] != (size, size):
-            raise RuntimeError(f"{spec.id} returned {restored.shape[1:3]} crops, expected {size}×{size}")
-        return affines, restored
+            per_call[names[1]] = np.array([self.options.fidelity], dtype=io.input_type(io.fidelity))
+        restored = executor.infer(self.loaded.session, io, crops, name=names[0], per_call=per_call)
+        if tuple(restored.shape[1:3]) != (size, size):
+            raise RuntimeError(f"{spec.id} returned {tuple(restored.shape[1:3])} crops, expected {size}×{size}")
+        return affines, restored, size

@@ -18,10 +18,11 @@ from pydantic import Field, field_validator, model_validator
 
 from engine.errors import InvalidJob
 from engine.faces import colour, swapper
-from engine.faces.align import estimate_affine, paste_back, transform_points, warp_face
+from engine.faces.align import estimate_affine, transform_points
 from engine.faces.landmark_swap import LandmarkSwapOptions
 from engine.faces.landmark_swap import swap as landmark_swap
 from engine.faces.masks import crop_mask
+from engine.models.executor import executor_for
 from engine.models.manifest import Manifest, ModelSpec
 from engine.models.runtime import LoadedModel, Runtime
 from engine.options import Shown
@@ -118,7 +119,8 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         runtime.ensure([m.id for m in runtime.manifest.chain(options.model)], options.backend)
         self.swapper = runtime.load(options.model, options.backend)
         swap = self.swapper.spec.swap
-        assert swap is not None
+        if swap is None or self.swapper.spec.io.source is None:
+            raise InvalidJob(f"{options.model}'s catalogue entry names no identity input, so it is not a face swapper")
         if swap.recogniser is not None:
             self.recogniser = runtime.load(swap.recogniser, options.backend)
         if swap.converter is not None:
@@ -209,16 +211,25 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         size = self.options.pixel_boost or spec.input_size
         k = size // spec.input_size
         affines = [estimate_affine(face.landmarks5, spec.template, size) for _, face in jobs]
-        crops = np.stack([warp_face(frames[i], m, size) for (i, _), m in zip(jobs, affines, strict=True)])
-        subs = swapper.swap(self.swapper.session, spec.io, swapper.split(crops, k), source)
-        swapped = swapper.weave(subs, k)
-        out = list(frames)
-        for (i, face), affine, crop, result in zip(jobs, affines, crops, swapped, strict=True):
-            points = None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
-            mask = crop_mask(
-                size, points, kind=self.options.mask, padding=self.options.mask_padding, blur=self.options.mask_blur
+        placed = [(i, affine) for (i, _), affine in zip(jobs, affines, strict=True)]
+        # On the device the swapper runs on, when it can take tensors there (engine.models.executor).
+        executor = executor_for(self.runtime, self.swapper.session)
+        batch = executor.load(frames)
+        crops = batch.cut(placed, size)
+        subs = executor.infer(
+            self.swapper.session, spec.io, executor.split(crops, k), per_item={spec.io.source: source}
+        )
+        swapped = executor.weave(subs, k)
+        masks = [
+            crop_mask(
+                size, None if face.landmarks68 is None else transform_points(face.landmarks68, affine),
+                kind=self.options.mask, padding=self.options.mask_padding, blur=self.options.mask_blur,
             )
-            if self.options.colour != "none":
-                result = colour.transfer(result, crop, mask, self.options.colour)
-            out[i] = paste_back(out[i], result, affine, mask * (self.options.blend / 100.0))
-        return out
+            for (_, face), affine in zip(jobs, affines, strict=True)
+        ]  # fmt: skip
+        if self.options.colour != "none":
+            # Colour transfer runs on the host, on the crops alone (a few kilobytes each).
+            pairs = zip(executor.host(swapped), executor.host(crops), masks, strict=True)
+            swapped = executor.images(np.stack([colour.transfer(r, c, m, self.options.colour) for r, c, m in pairs]))
+        batch.paste(placed, swapped, [mask * (self.options.blend / 100.0) for mask in masks])
+        return batch.result()

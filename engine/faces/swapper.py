@@ -24,7 +24,7 @@ from engine.backends import Session
 from engine.errors import InvalidInput
 from engine.faces.align import estimate_affine, warp_face
 from engine.models.manifest import IOSpec, SwapSpec
-from engine.models.tensor import from_tensor, to_tensor
+from engine.models.tensor import run_images, to_tensor
 from engine.types import Frame
 
 EMBEDDING_SIZE = 512
@@ -120,20 +120,7 @@ def swap(session: Session, io: IOSpec, crops: npt.NDArray[np.uint8], source: Vec
     """
     if io.source is None:
         raise InvalidInput(f"the I/O spec of input {io.input!r} has no source input, so it is not a face swapper")
-    n = crops.shape[0]
-    if n == 0:
-        return crops.copy()
-    step = io.batch or n
-    sources = np.repeat(np.asarray(source, np.float32), step, axis=0)
-    out = []
-    for start in range(0, n, step):
-        chunk = crops[start : start + step]
-        if len(chunk) < step:
-            # A fixed batch size must be met exactly: pad the last chunk with blank crops, dropped below.
-            chunk = np.concatenate([chunk, np.zeros((step - len(chunk), *chunk.shape[1:]), np.uint8)])
-        (result, *_) = session.run({io.input: to_tensor(chunk, io), io.source: sources})
-        out.append(from_tensor(result, io))
-    return np.concatenate(out, axis=0)[:n]
+    return run_images(session, io, crops, per_item={io.source: np.asarray(source, np.float32)})
 
 
 def embed(
