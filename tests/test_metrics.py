@@ -112,7 +112,7 @@ def test_a_job_moves_the_metrics_with_low_cardinality_labels(app_url: str, tmp_p
     allowed = {
         "status": set(metrics.JOB_OUTCOMES),
         # The registry is process-wide: the toy processors of other test modules may have run in this process.
-        "processor": {*REGISTRY, "invert", "gate"},
+        "processor": {*REGISTRY, "invert", "gate", "flip"},
         "provider": set(metrics.PROVIDER_LABELS),
         "wanted": set(metrics.PROVIDER_LABELS),
         "used": set(metrics.PROVIDER_LABELS),
