@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
@@ -44,6 +44,8 @@ class FrameContext:
     frames of a variable-rate video carry their real times; a resampled output's frame, the time of its slot;
     0.0 for an image); None where no time is known. original: the input frame as read from the target, before
     any processor of the chain (the one `faces` were found on; None where the caller does not give it).
+    people: with `faces.selector = "map"`, each mapped person's own source identity by person number (a face's
+    `person`); empty otherwise. `source_for(face)` is the identity a processor puts on a face.
     """
 
     index: int
@@ -51,6 +53,13 @@ class FrameContext:
     source: Any = None
     time: float | None = None
     original: Frame | None = None
+    people: Mapping[int, Any] = field(default_factory=dict)
+
+    def source_for(self, face: Face) -> Any:
+        """The source identity to put on `face`: its person's own where the job maps people, else the job's."""
+        if face.person is not None and face.person in self.people:
+            return self.people[face.person]
+        return self.source
 
 
 class BoundJob(Protocol):
@@ -75,6 +84,11 @@ class FrameProcessor(ABC, Generic[OptionsT]):
     needs_source: ClassVar[bool] = False
     # Set by a processor whose current options need 68-point landmarks (the buffalo_l analyser has only 5).
     needs_landmarks68: bool = False
+    # Set by a processor that reads each face's person number and identity (`Face.person`, `Face.embedding`):
+    # the face stage then groups tracks into people even when the selector does not need it.
+    needs_people: bool = False
+    # What a processor found worth telling the user about its run (a fallback it took); the run report lists them.
+    notes: tuple[str, ...] = ()
 
     def __init__(self, options: OptionsT, runtime: Runtime) -> None:
         self.options = options

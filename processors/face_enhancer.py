@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from engine.faces import masker
 from engine.faces.align import estimate_affine, paste_back, transform_points, warp_face
-from engine.faces.masks import crop_mask
+from engine.faces.masker import Masker, MaskKinds, Regions
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_tensor, to_tensor
 from engine.options import Shown
@@ -56,14 +57,36 @@ class FaceEnhancerOptions(ProcessorOptions):
     blend: Annotated[int, Shown(unit="%")] = Field(
         default=80, ge=0, le=100, description="% of the restored face over the original"
     )
-    mask: Literal["box", "face"] = Field(default="face", description="feathered box, or cut to the face outline")
+    mask: MaskKinds = Field(
+        default=("box", "face"),
+        description="paste-back masks, multiplied: feathered box, face outline (68 landmarks), occlusion (what "
+        "covers the face stays: XSeg, download), region (only the chosen parts of the face)",
+    )
     mask_padding: Annotated[float, Shown(when={"mask": ("box",)}, unit="%")] = Field(
         default=0.0, ge=0.0, le=40.0, description="box padding, % of the crop"
     )
     mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="mask feather, fraction of the crop")
+    mask_regions: Annotated[Regions, Shown(when={"mask": ("region",)})] = Field(
+        default=masker.REGIONS, description="region mask: the parts of the face that are restored"
+    )
+    occluder: Annotated[Literal[masker.OCCLUDERS], Shown(when={"mask": ("occlusion",)}, models="face_occluder")] = (  # type: ignore[valid-type]
+        Field(default="xseg_1", description="occlusion mask: the XSeg model (GPL-3.0, download)")
+    )
+    parser: Annotated[Literal["auto", *masker.PARSERS], Shown(when={"mask": ("region",)})] = Field(  # type: ignore[valid-type]
+        default="auto",
+        description="region mask: the BiSeNet face parser (download); auto: one already here, else the landmarks",
+    )
     batch: Annotated[int, Shown(unit="faces", advanced=True)] = Field(
         default=4, ge=1, le=64, description="faces per model call"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_mask(cls, raw: Any) -> Any:
+        """Earlier releases named the mask by one word: "box", or "face" (the box cut to the outline)."""
+        if isinstance(raw, dict) and raw.get("mask") in ("box", "face"):
+            raw = {**raw, "mask": ("box",) if raw["mask"] == "box" else ("box", "face")}
+        return raw
 
 
 class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
@@ -78,6 +101,12 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
         super().__init__(options, runtime)
         self.model_id = self.resolve(options, runtime)
         self.loaded: LoadedModel = runtime.load(self.weights_id(options, self.model_id), options.backend)
+        self.masker = Masker(
+            runtime, self.id, options.mask, padding=options.mask_padding, blur=options.mask_blur,
+            regions=options.mask_regions, occluder=options.occluder, parser=options.parser, backend=options.backend,
+        )  # fmt: skip
+        self.notes = self.masker.notes
+        self.needs_landmarks68 = self.masker.needs_landmarks68
 
     @staticmethod
     def resolve(options: FaceEnhancerOptions, runtime: Runtime) -> str:
@@ -95,27 +124,41 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
     def model_ids(cls, options: ProcessorOptions) -> list[str]:
         opts: FaceEnhancerOptions = options  # type: ignore[assignment]
         model = EMBEDDED if opts.model == "auto" else opts.model
-        return [cls.weights_id(opts, model)]
+        return [cls.weights_id(opts, model), *masker.model_ids(opts.mask, opts.occluder, opts.parser)]
 
     def describe(self) -> dict[str, Any]:
-        return {**self.loaded.describe(), "enhancer": self.model_id, "options": self.options.model_dump(mode="json")}
+        return {
+            **self.loaded.describe(),
+            "enhancer": self.model_id,
+            "options": self.options.model_dump(mode="json"),
+            "masks": self.masker.describe(),
+        }
 
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
-        """Restore the faces of every frame (H×W×3 uint8 RGB); faces of all frames go through the model together."""
+        """Restore the faces of every frame (H×W×3 uint8 RGB); faces of all frames go through the model together,
+        and so do their masks."""
         jobs = [(i, face) for i, ctx in enumerate(ctxs) for face in ctx.faces]
         out = list(frames)
         step = self.loaded.spec.io.batch or self.options.batch
+        restored: list[tuple[np.ndarray, np.ndarray]] = []
         for start in range(0, len(jobs), step):
             chunk = jobs[start : start + step]
-            affines, restored = self._restore([frames[i] for i, _ in chunk], [face for _, face in chunk])
-            size = restored.shape[1]
-            for (i, face), affine, crop in zip(chunk, affines, restored, strict=True):
-                points = None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
-                mask = crop_mask(
-                    size, points, kind=self.options.mask, padding=self.options.mask_padding,
-                    blur=self.options.mask_blur,
-                )  # fmt: skip
-                out[i] = paste_back(out[i], crop, affine, mask * (self.options.blend / 100.0))
+            affines, crops = self._restore([frames[i] for i, _ in chunk], [face for _, face in chunk])
+            restored += zip(affines, crops, strict=True)
+        if not jobs:
+            return out
+        size = restored[0][1].shape[0]
+        # The masks are made on the faces as they are (the paste-back crop of the input), all in one call.
+        originals = np.stack(
+            [warp_face(frames[i], affine, size) for (i, _), (affine, _) in zip(jobs, restored, strict=True)]
+        )
+        points = [
+            None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
+            for (_, face), (affine, _) in zip(jobs, restored, strict=True)
+        ]
+        masks = self.masker(originals, points)
+        for (i, _), (affine, crop), mask in zip(jobs, restored, masks, strict=True):
+            out[i] = paste_back(out[i], crop, affine, mask * (self.options.blend / 100.0))
         return out
 
     def _restore(self, frames: list[Frame], faces: list[Face]) -> tuple[list[np.ndarray], np.ndarray]:

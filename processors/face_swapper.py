@@ -17,18 +17,23 @@ import numpy.typing as npt
 from pydantic import Field, field_validator, model_validator
 
 from engine.errors import InvalidJob
-from engine.faces import colour, swapper
+from engine.faces import colour, masker, swapper
 from engine.faces.align import estimate_affine, paste_back, transform_points, warp_face
 from engine.faces.landmark_swap import LandmarkSwapOptions
 from engine.faces.landmark_swap import swap as landmark_swap
-from engine.faces.masks import crop_mask
+from engine.faces.masker import Masker, MaskKinds, Regions
+from engine.faces.stage import SourceIdentity
 from engine.models.manifest import Manifest, ModelSpec
 from engine.models.runtime import LoadedModel, Runtime
 from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Frame
+from engine.types import Face, Frame
 
 LANDMARK_WARP = "landmark_warp"
+# landmark_warp's occlusion and region masks are made on this crop of the target face: the whole head.
+LANDMARK_MASK_TEMPLATE, LANDMARK_MASK_SIZE = "ffhq_512", 256
+# Earlier releases named the mask by one word; a sidecar or preset of theirs still reads as it meant.
+_LEGACY_MASKS = {"box": (("box",), False), "face": (("box", "face"), False), "face_no_mouth": (("box", "face"), True)}
 
 
 def _model_ids() -> list[str]:
@@ -46,13 +51,28 @@ class FaceSwapperOptions(ProcessorOptions):
     blend: Annotated[int, Shown(unit="%")] = Field(
         default=100, ge=0, le=100, description="% of the swapped face over the original"
     )
-    mask: Literal["box", "face", "face_no_mouth"] = Field(
-        default="face_no_mouth", description="paste-back mask: feathered box, face outline, or face without mouth"
+    mask: MaskKinds = Field(
+        default=("box", "face"),
+        description="paste-back masks, multiplied: feathered box, face outline (68 landmarks), occlusion (what "
+        "covers the face stays: XSeg, download), region (only the chosen parts of the face)",
+    )
+    keep_mouth: Annotated[bool, Shown(when={"mask": ("face",)})] = Field(
+        default=True, description="cut the inner mouth out of the face outline: teeth and tongue stay the target's"
     )
     mask_padding: Annotated[float, Shown(when={"mask": ("box",)}, unit="%")] = Field(
         default=0.0, ge=0.0, le=40.0, description="box mask padding, % of the crop"
     )
     mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="mask feather, fraction of the face size")
+    mask_regions: Annotated[Regions, Shown(when={"mask": ("region",)})] = Field(
+        default=masker.REGIONS, description="region mask: the parts of the face that take the swap"
+    )
+    occluder: Annotated[Literal[masker.OCCLUDERS], Shown(when={"mask": ("occlusion",)}, models="face_occluder")] = (  # type: ignore[valid-type]
+        Field(default="xseg_1", description="occlusion mask: the XSeg model (GPL-3.0, download)")
+    )
+    parser: Annotated[Literal["auto", *masker.PARSERS], Shown(when={"mask": ("region",)})] = Field(  # type: ignore[valid-type]
+        default="auto",
+        description="region mask: the BiSeNet face parser (download); auto: one already here, else the landmarks",
+    )
     colour: Literal["reinhard", "histogram", "none"] = Field(default="reinhard", description="colour transfer")
     poisson: Annotated[bool, Shown(when={"model": (LANDMARK_WARP,)})] = Field(
         default=False, description="landmark_warp: Poisson (seamless) blend instead of feather"
@@ -69,6 +89,15 @@ class FaceSwapperOptions(ProcessorOptions):
         description="size of the swapped face: a multiple of the model's own size (k×k interleaved model runs); "
         "empty: the model's size",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_mask(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and raw.get("mask") in _LEGACY_MASKS:
+            kinds, mouth = _LEGACY_MASKS[raw["mask"]]
+            raw = {**raw, "mask": kinds}
+            raw.setdefault("keep_mouth", mouth)
+        return raw
 
     @field_validator("model")
     @classmethod
@@ -95,7 +124,8 @@ def boost_sizes(spec: ModelSpec) -> tuple[int, ...]:
 
 
 class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
-    """Swaps the job's source face onto the faces the face stage chose on each frame."""
+    """Swaps the job's source face (or, where people are mapped, each person's own) onto the faces the face
+    stage chose on each frame."""
 
     id: ClassVar[str] = "face_swapper"
     title: ClassVar[str] = "Face swapper"
@@ -108,11 +138,21 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         self.swapper: LoadedModel | None = None
         self.recogniser: LoadedModel | None = None
         self.converter: LoadedModel | None = None
-        self._source: npt.NDArray[np.float32] | None = None
-        self.needs_landmarks68 = options.model == LANDMARK_WARP
+        # Each source identity's `source` input, made once per job: (the identity, its latent) by id.
+        self._latents: dict[int, tuple[SourceIdentity, npt.NDArray[np.float32]]] = {}
+        if options.model == LANDMARK_WARP and "face" not in options.mask:
+            raise InvalidJob(
+                "landmark_warp always follows the face outline: keep face in face_swapper.mask (box is for the "
+                "model swappers)"
+            )
+        self.masker = Masker(
+            runtime, self.id, options.mask, padding=options.mask_padding, blur=options.mask_blur,
+            keep_mouth=options.keep_mouth, regions=options.mask_regions, occluder=options.occluder,
+            parser=options.parser, backend=options.backend,
+        )  # fmt: skip
+        self.notes = self.masker.notes
+        self.needs_landmarks68 = options.model == LANDMARK_WARP or self.masker.needs_landmarks68
         if options.model == LANDMARK_WARP:
-            if options.mask == "box":
-                raise InvalidJob("face_swapper.mask=box is for the model swappers; landmark_warp follows the outline")
             return
         # Every file of the chain checked first, so one error names everything that is missing.
         runtime.ensure([m.id for m in runtime.manifest.chain(options.model)], options.backend)
@@ -126,11 +166,13 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
 
     @classmethod
     def model_ids(cls, options: ProcessorOptions) -> list[str]:
-        model: str = options.model  # type: ignore[attr-defined]
-        return [] if model == LANDMARK_WARP else [m.id for m in Manifest.load().chain(model)]
+        opts: FaceSwapperOptions = options  # type: ignore[assignment]
+        masks = masker.model_ids(opts.mask, opts.occluder, opts.parser)
+        swap = [] if opts.model == LANDMARK_WARP else [m.id for m in Manifest.load().chain(opts.model)]
+        return swap + masks
 
     def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"options": self.options.model_dump(mode="json")}
+        info: dict[str, Any] = {"options": self.options.model_dump(mode="json"), "masks": self.masker.describe()}
         if self.swapper is None:
             info.update(model=LANDMARK_WARP, backend="opencv", provider="CPU")
             return info
@@ -141,29 +183,42 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         return info
 
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
-        """Swap every face in `ctx.faces` of each frame (H×W×3 uint8 RGB); frames without faces come back as is."""
+        """Swap every face in `ctx.faces` of each frame (H×W×3 uint8 RGB), each with its own source identity
+        (`ctx.source_for`); frames without faces come back as is."""
         if self.swapper is None:
-            return [self._landmark(frame, ctx) for frame, ctx in zip(frames, ctxs, strict=True)]
+            return self._landmark(frames, ctxs)
         return self._model_swap(frames, ctxs)
 
     # -- landmark_warp ----------------------------------------------------------------------------------------
-    def _landmark(self, frame: Frame, ctx: FrameContext) -> Frame:
-        if not ctx.faces:
-            return frame
-        source = ctx.source.faces[0]
-        if source.face.landmarks68 is None or any(f.landmarks68 is None for f in ctx.faces):
+    def _landmark(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
+        out = list(frames)
+        jobs = [(i, face, ctx.source_for(face)) for i, ctx in enumerate(ctxs) for face in ctx.faces]
+        if not jobs:
+            return out
+        if any(f.landmarks68 is None or s.faces[0].face.landmarks68 is None for _, f, s in jobs):
             raise InvalidJob("landmark_warp needs 68-point landmarks: use faces.analyser=embedded")
         opts = LandmarkSwapOptions(
             blend="poisson" if self.options.poisson else "feather",
             colour=self.options.colour,
-            keep_mouth=self.options.mask == "face_no_mouth",
+            keep_mouth=self.options.keep_mouth,
             reshape=self.options.reshape,
             feather=max(self.options.mask_blur * 0.2, 0.01),
         )
-        out = frame
-        for face in ctx.faces:
-            out = landmark_swap(source.image, source.face.landmarks68, out, face.landmarks68, opts)
-        return self._blend(frame, out)
+        restricted = "occlusion" in self.options.mask or "region" in self.options.mask
+        # Occlusion and region masks are made on each target face before anything is swapped, all in one call.
+        affines = [estimate_affine(f.landmarks5, LANDMARK_MASK_TEMPLATE, LANDMARK_MASK_SIZE) for _, f, _ in jobs]
+        masks: list[Any] = [None] * len(jobs)
+        if restricted:
+            crops = np.stack(
+                [warp_face(frames[i], m, LANDMARK_MASK_SIZE) for (i, _, _), m in zip(jobs, affines, strict=True)]
+            )
+            points = [transform_points(f.landmarks68, m) for (_, f, _), m in zip(jobs, affines, strict=True)]
+            masks = list(self.masker.restrictions(crops, points))
+        for (i, face, identity), affine, mask in zip(jobs, affines, masks, strict=True):
+            source = identity.faces[0]
+            swapped = landmark_swap(source.image, source.face.landmarks68, out[i], face.landmarks68, opts)
+            out[i] = swapped if mask is None else masker.blend(out[i], swapped, mask, affine)
+        return [self._blend(before, after) for before, after in zip(frames, out, strict=True)]
 
     def _blend(self, original: Frame, swapped: Frame) -> Frame:
         if self.options.blend >= 100:
@@ -172,15 +227,16 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         return np.rint(original * (1.0 - a) + swapped * a).astype(np.uint8)
 
     # -- the model swappers -----------------------------------------------------------------------------------
-    def _identity(self, ctx: FrameContext) -> npt.NDArray[np.float32]:
-        """The swapper's `source` input for the job's source person: computed once per job."""
-        if self._source is None:
+    def _identity(self, identity: SourceIdentity) -> npt.NDArray[np.float32]:
+        """The swapper's `source` input for one source identity: computed once per job and identity."""
+        kept = self._latents.get(id(identity))
+        if kept is None:
             assert self.swapper is not None and self.swapper.spec.swap is not None
             swap = self.swapper.spec.swap
-            faces = ctx.source.faces
+            faces = identity.faces
             if swap.source == "image":
                 # One crop is the identity: the first source image's face (as landmark_warp takes its texture).
-                self._source = swapper.source_image(swap, faces[0].image, faces[0].face.landmarks5)
+                latent = swapper.source_image(swap, faces[0].image, faces[0].face.landmarks5)
             else:
                 assert self.recogniser is not None
                 rec = self.recogniser.spec
@@ -189,8 +245,9 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
                     [(s.image, s.face.landmarks5) for s in faces],
                 )  # fmt: skip
                 emap = swapper.emap_from_onnx(self.runtime.local_path(self.swapper.file)) if swap.emap else None
-                self._source = swapper.latent(swap, embeddings, convert=self._convert, emap=emap)
-        return self._source
+                latent = swapper.latent(swap, embeddings, convert=self._convert, emap=emap)
+            kept = self._latents[id(identity)] = (identity, latent)
+        return kept[1]
 
     def _convert(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         assert self.converter is not None
@@ -201,23 +258,32 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
     def _model_swap(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
         assert self.swapper is not None
         spec = self.swapper.spec
-        jobs = [(i, face) for i, ctx in enumerate(ctxs) for face in ctx.faces]
+        jobs: list[tuple[int, Face, SourceIdentity]] = [
+            (i, face, ctx.source_for(face)) for i, ctx in enumerate(ctxs) for face in ctx.faces
+        ]
         if not jobs:
             return list(frames)
-        source = self._identity(next(c for c in ctxs if c.faces))
         assert spec.input_size is not None and spec.template is not None  # the catalogue requires both of a swapper
         size = self.options.pixel_boost or spec.input_size
         k = size // spec.input_size
-        affines = [estimate_affine(face.landmarks5, spec.template, size) for _, face in jobs]
-        crops = np.stack([warp_face(frames[i], m, size) for (i, _), m in zip(jobs, affines, strict=True)])
-        subs = swapper.swap(self.swapper.session, spec.io, swapper.split(crops, k), source)
+        affines = [estimate_affine(face.landmarks5, spec.template, size) for _, face, _ in jobs]
+        crops = np.stack([warp_face(frames[i], m, size) for (i, _, _), m in zip(jobs, affines, strict=True)])
+        # One identity row per crop; the k×k sub-crops of a boosted crop are grouped by offset (swapper.split).
+        identities = np.concatenate([self._identity(identity) for _, _, identity in jobs])
+        subs = swapper.swap(
+            self.swapper.session,
+            spec.io,
+            swapper.split(crops, k),
+            np.tile(identities, (k * k,) + (1,) * (identities.ndim - 1)),
+        )
         swapped = swapper.weave(subs, k)
+        points = [
+            None if f.landmarks68 is None else transform_points(f.landmarks68, m)
+            for (_, f, _), m in zip(jobs, affines, strict=True)
+        ]
+        masks = self.masker(crops, points)
         out = list(frames)
-        for (i, face), affine, crop, result in zip(jobs, affines, crops, swapped, strict=True):
-            points = None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
-            mask = crop_mask(
-                size, points, kind=self.options.mask, padding=self.options.mask_padding, blur=self.options.mask_blur
-            )
+        for (i, _, _), affine, crop, result, mask in zip(jobs, affines, crops, swapped, masks, strict=True):
             if self.options.colour != "none":
                 result = colour.transfer(result, crop, mask, self.options.colour)
             out[i] = paste_back(out[i], result, affine, mask * (self.options.blend / 100.0))

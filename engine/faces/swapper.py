@@ -114,9 +114,10 @@ def swap(session: Session, io: IOSpec, crops: npt.NDArray[np.uint8], source: Vec
     """Swap the identity of aligned face crops for `source`.
 
     session: a swapper session; io: its I/O spec (`io.input` the crops, `io.source` the identity). crops:
-    N×S×S×3 uint8 RGB at the model's size, on its template. source: the identity input for one face (1×512 latent,
-    or 1×3×s×s image). Returns N×S×S×3 uint8 RGB from the graph's first output. All N crops go in one call unless
-    the graph fixes its batch (`io.batch`), in which case they go that many at a time.
+    N×S×S×3 uint8 RGB at the model's size, on its template. source: the identity input of one face (1×512 latent,
+    or 1×3×s×s image) for every crop, or N of them stacked, crop i's identity at row i (people mapped to their
+    own sources). Returns N×S×S×3 uint8 RGB from the graph's first output. All N crops go in one call unless the
+    graph fixes its batch (`io.batch`), in which case they go that many at a time.
     """
     if io.source is None:
         raise InvalidInput(f"the I/O spec of input {io.input!r} has no source input, so it is not a face swapper")
@@ -124,13 +125,19 @@ def swap(session: Session, io: IOSpec, crops: npt.NDArray[np.uint8], source: Vec
     if n == 0:
         return crops.copy()
     step = io.batch or n
-    sources = np.repeat(np.asarray(source, np.float32), step, axis=0)
+    identities = np.asarray(source, np.float32)
+    if len(identities) not in (1, n):
+        raise ValueError(f"{len(identities)} source identities for {n} crops: give one, or one per crop")
+    identities = np.repeat(identities, n, axis=0) if len(identities) == 1 else identities
     out = []
     for start in range(0, n, step):
         chunk = crops[start : start + step]
+        sources = identities[start : start + step]
         if len(chunk) < step:
             # A fixed batch size must be met exactly: pad the last chunk with blank crops, dropped below.
-            chunk = np.concatenate([chunk, np.zeros((step - len(chunk), *chunk.shape[1:]), np.uint8)])
+            pad = step - len(chunk)
+            chunk = np.concatenate([chunk, np.zeros((pad, *chunk.shape[1:]), np.uint8)])
+            sources = np.concatenate([sources, np.repeat(sources[-1:], pad, axis=0)])
         (result, *_) = session.run({io.input: to_tensor(chunk, io), io.source: sources})
         out.append(from_tensor(result, io))
     return np.concatenate(out, axis=0)[:n]
