@@ -22,7 +22,7 @@ from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_tensor, to_tensor
 from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Face, Frame
+from engine.types import Face, Frame, Mask
 
 EMBEDDED = "real_esrgan_face"
 # The aligned crop the embedded model restores: 128 px in, ×4 out = 512 px on the ffhq_512 template.
@@ -84,7 +84,7 @@ class FaceEnhancerOptions(ProcessorOptions):
     @classmethod
     def _legacy_mask(cls, raw: Any) -> Any:
         """Earlier releases named the mask by one word: "box", or "face" (the box cut to the outline)."""
-        if isinstance(raw, dict) and raw.get("mask") in ("box", "face"):
+        if isinstance(raw, dict) and isinstance(raw.get("mask"), str) and raw["mask"] in ("box", "face"):
             raw = {**raw, "mask": ("box",) if raw["mask"] == "box" else ("box", "face")}
         return raw
 
@@ -161,13 +161,36 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
             out[i] = paste_back(out[i], crop, affine, mask * (self.options.blend / 100.0))
         return out
 
+    def frame_masks(self, frame: Frame, faces: Sequence[Face]) -> list[Mask]:
+        """Each face's paste-back mask on `frame` (H×W float32 in [0, 1]: how much of the restored face a pixel
+        takes), as `process` makes it (for the face debugger)."""
+        if not faces:
+            return []
+        template, size = self._crop()
+        affines = [estimate_affine(f.landmarks5, template, size) for f in faces]
+        crops = np.stack([warp_face(frame, m, size) for m in affines])
+        points = [
+            None if f.landmarks68 is None else transform_points(f.landmarks68, m)
+            for f, m in zip(faces, affines, strict=True)
+        ]
+        weight = self.options.blend / 100.0
+        return [
+            masker.to_frame(m, a, frame.shape) * weight
+            for m, a in zip(self.masker(crops, points), affines, strict=True)
+        ]
+
+    def _crop(self) -> tuple[str, int]:
+        """The template and size (px) of the crop the restored face is pasted back from."""
+        if self.model_id == EMBEDDED:
+            return EMBEDDED_TEMPLATE, EMBEDDED_SIZE
+        return self.loaded.spec.template or EMBEDDED_TEMPLATE, self.loaded.spec.input_size or EMBEDDED_SIZE
+
     def _restore(self, frames: list[Frame], faces: list[Face]) -> tuple[list[np.ndarray], np.ndarray]:
         """(affines mapping frame pixels to the model's aligned crops, restored N×S×S×3 uint8 RGB crops), S the
         model's size on its template (the embedded model: 512 px on ffhq_512, restored from a 128 px crop)."""
         spec = self.loaded.spec
         embedded = self.model_id == EMBEDDED
-        template = EMBEDDED_TEMPLATE if embedded else spec.template or EMBEDDED_TEMPLATE
-        size = EMBEDDED_SIZE if embedded else spec.input_size or EMBEDDED_SIZE
+        template, size = self._crop()
         affines = [estimate_affine(face.landmarks5, template, size) for face in faces]
         if embedded:
             # Restore from a 128 px crop: the ×4 model brings it to 512 px with detail it synthesises.

@@ -20,14 +20,16 @@ from engine.errors import InvalidJob
 from engine.faces import colour, masker, swapper
 from engine.faces.align import estimate_affine, paste_back, transform_points, warp_face
 from engine.faces.landmark_swap import LandmarkSwapOptions
+from engine.faces.landmark_swap import face_size as landmark_face_size
 from engine.faces.landmark_swap import swap as landmark_swap
 from engine.faces.masker import Masker, MaskKinds, Regions
+from engine.faces.masks import landmark_mask
 from engine.faces.stage import SourceIdentity
 from engine.models.manifest import Manifest, ModelSpec
 from engine.models.runtime import LoadedModel, Runtime
 from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Face, Frame
+from engine.types import Face, Frame, Mask
 
 LANDMARK_WARP = "landmark_warp"
 # landmark_warp's occlusion and region masks are made on this crop of the target face: the whole head.
@@ -93,7 +95,7 @@ class FaceSwapperOptions(ProcessorOptions):
     @model_validator(mode="before")
     @classmethod
     def _legacy_mask(cls, raw: Any) -> Any:
-        if isinstance(raw, dict) and raw.get("mask") in _LEGACY_MASKS:
+        if isinstance(raw, dict) and isinstance(raw.get("mask"), str) and raw["mask"] in _LEGACY_MASKS:
             kinds, mouth = _LEGACY_MASKS[raw["mask"]]
             raw = {**raw, "mask": kinds}
             raw.setdefault("keep_mouth", mouth)
@@ -188,6 +190,45 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         if self.swapper is None:
             return self._landmark(frames, ctxs)
         return self._model_swap(frames, ctxs)
+
+    def frame_masks(self, frame: Frame, faces: Sequence[Face]) -> list[Mask]:
+        """Each face's paste-back mask on `frame` (H×W float32 in [0, 1]: how much of the swap a pixel takes), as
+        `process` makes it (for the face debugger). landmark_warp's outline is drawn on the target's landmarks
+        (the swap moves it to the source's proportions)."""
+        if not faces:
+            return []
+        weight = self.options.blend / 100.0
+        if self.swapper is None:
+            affines = [estimate_affine(f.landmarks5, LANDMARK_MASK_TEMPLATE, LANDMARK_MASK_SIZE) for f in faces]
+            crops = np.stack([warp_face(frame, m, LANDMARK_MASK_SIZE) for m in affines])
+            points = [
+                None if f.landmarks68 is None else transform_points(f.landmarks68, m)
+                for f, m in zip(faces, affines, strict=True)
+            ]
+            outer = self.masker.restrictions(crops, points)
+            out = []
+            for face, affine, mask in zip(faces, affines, outer, strict=True):
+                shape = np.ones(frame.shape[:2], np.float32)
+                if face.landmarks68 is not None:
+                    feather = max(self.options.mask_blur * 0.2, 0.01) * landmark_face_size(face.landmarks68)
+                    shape = landmark_mask(
+                        frame.shape[:2], face.landmarks68, exclude_mouth=self.options.keep_mouth, blur_px=feather
+                    )
+                out.append(shape * masker.to_frame(mask, affine, frame.shape, outside=1.0) * weight)
+            return out
+        spec = self.swapper.spec
+        assert spec.input_size is not None and spec.template is not None
+        size = self.options.pixel_boost or spec.input_size
+        affines = [estimate_affine(f.landmarks5, spec.template, size) for f in faces]
+        crops = np.stack([warp_face(frame, m, size) for m in affines])
+        points = [
+            None if f.landmarks68 is None else transform_points(f.landmarks68, m)
+            for f, m in zip(faces, affines, strict=True)
+        ]
+        return [
+            masker.to_frame(m, a, frame.shape) * weight
+            for m, a in zip(self.masker(crops, points), affines, strict=True)
+        ]
 
     # -- landmark_warp ----------------------------------------------------------------------------------------
     def _landmark(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:

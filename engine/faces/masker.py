@@ -72,15 +72,15 @@ EDGE_BLUR = 0.04
 FOREHEAD_RAISE = 0.2
 
 
-def _listed(value: Any) -> Any:
+def listed(value: Any) -> Any:
     """A multi-choice setting given as text (`--set face_swapper.mask=box,occlusion`): the comma-separated items."""
     if isinstance(value, str):
         return tuple(item.strip() for item in value.replace(" ", ",").split(",") if item.strip())
     return value
 
 
-MaskKinds = Annotated[tuple[MaskKind, ...], BeforeValidator(_listed)]
-Regions = Annotated[tuple[Region, ...], BeforeValidator(_listed)]
+MaskKinds = Annotated[tuple[MaskKind, ...], BeforeValidator(listed)]
+Regions = Annotated[tuple[Region, ...], BeforeValidator(listed)]
 
 
 def model_ids(kinds: Sequence[str], occluder: str, parser: str) -> list[str]:
@@ -307,11 +307,16 @@ def blend(before: Frame, after: Frame, mask: Mask, affine: npt.NDArray[np.float6
     (1 beyond the crop: only what the mask covers is restricted). Both frames H×W×3 uint8 RGB of one size."""
     if before.shape != after.shape:
         raise ValueError(f"frames differ in size: {before.shape} and {after.shape}")
-    height, width = before.shape[:2]
-    inverse = cv2.invertAffineTransform(np.asarray(affine, np.float64))
-    weight = cv2.warpAffine(
-        np.ascontiguousarray(mask, np.float32), inverse, (width, height), flags=cv2.INTER_LINEAR,
-        borderMode=cv2.BORDER_CONSTANT, borderValue=1.0,
-    )[..., None]  # fmt: skip
+    weight = to_frame(mask, affine, before.shape, outside=1.0)[..., None]
     mixed = weight * after.astype(np.float32) + (1.0 - weight) * before.astype(np.float32)
     return np.clip(np.rint(mixed), 0, 255).astype(np.uint8)
+
+
+def to_frame(mask: Mask, affine: npt.NDArray[np.float64], shape: tuple[int, ...], outside: float = 0.0) -> Mask:
+    """A crop-space mask (S×S, on the crop `affine` cuts: frame → crop) in the frame's pixels: H×W float32 for a
+    frame of `shape` (H, W, …), `outside` beyond the crop."""
+    inverse = cv2.invertAffineTransform(np.asarray(affine, np.float64))
+    return cv2.warpAffine(
+        np.ascontiguousarray(mask, np.float32), inverse, (shape[1], shape[0]), flags=cv2.INTER_LINEAR,
+        borderMode=cv2.BORDER_CONSTANT, borderValue=outside,
+    )  # fmt: skip
