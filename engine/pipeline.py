@@ -163,5 +163,5 @@ def _report(
         identity=faces.qa.summary() if faces and faces.qa else None,
         segments=segmented,
         provenance=sealing.describe(),
-        notes=tuple(sealing.notes()),
+        notes=(*sealing.notes(), *(note for p in chain for note in p.notes)),
     )

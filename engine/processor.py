@@ -64,10 +64,14 @@ class FrameContext:
 
 class BoundJob(Protocol):
     """What a processor may read of its job (`engine.job.Job` is one; a protocol so this module, which the job
-    module builds on, does not import it back): the target and the source images as given."""
+    module builds on, does not import it back): the target and the source images as given, the chain's processor
+    ids and options, and the faces settings (`engine.job.FacesSettings`)."""
 
     target: Path
     sources: tuple[Path, ...]
+    processors: tuple[str, ...]
+    options: Mapping[str, ProcessorOptions]
+    faces: Any
 
 
 class FrameProcessor(ABC, Generic[OptionsT]):
@@ -82,6 +86,9 @@ class FrameProcessor(ABC, Generic[OptionsT]):
     Options: ClassVar[type[ProcessorOptions]]
     needs_faces: ClassVar[bool] = False
     needs_source: ClassVar[bool] = False
+    # A processor that only draws on the frames (the face debugger): it may follow one that resizes them (it
+    # scales the faces), and identity QA measures the frames before it.
+    draws_only: ClassVar[bool] = False
     # Set by a processor whose current options need 68-point landmarks (the buffalo_l analyser has only 5).
     needs_landmarks68: bool = False
     # Set by a processor that reads each face's person number and identity (`Face.person`, `Face.embedding`):

@@ -78,7 +78,7 @@ def face_stage(
         return None
     for i, processor in enumerate(chain):
         resizing = [p.id for p in chain[:i] if p.output_size(info.width, info.height) != (info.width, info.height)]
-        if processor.needs_faces and resizing:
+        if processor.needs_faces and resizing and not processor.draws_only:
             raise InvalidJob(
                 f"{processor.id} must come before {', '.join(resizing)}: faces are found on the input frame"
             )
