@@ -39,6 +39,7 @@ from engine.service import Rendered
 from webui import cells
 from webui.cells import BACKEND, ENABLE, JOB_BACKEND, Settings
 from webui.jobs import parse_preset_text
+from webui.people import PeoplePanel
 from webui.privacy import owner_from
 from webui.schedule import Place
 from webui.studio import Session, Studio, user_message
@@ -154,11 +155,13 @@ class Page:
                     self._presets_row()
                     self._processor_cells(default)
                     with gr.Accordion("Faces: how they are found", open=False):
-                        self._group("faces", default.faces, skip=frozenset({"selector", "reference_image"}))
+                        self._group("faces", default.faces, skip=frozenset({"selector", "reference_image", "people"}))
                     with gr.Accordion("Runtime: backend, device, batch", open=False, elem_id="cell-runtime"):
                         runtime_made = self._group("runtime", default.runtime)
                 with gr.Column(scale=4, min_width=340, elem_classes="fs-col"):
                     self._inputs(default)
+                    self.people = PeoplePanel(self, session_of)
+                    self.people.build()
                 with gr.Column(scale=5, min_width=420, elem_classes="fs-col"):
                     self._preview_and_run()
             with gr.Tabs():
@@ -264,7 +267,8 @@ class Page:
                 [(str(c), c) for c in faces_view.choices or ()],
                 value=default.faces.selector,
                 label="which faces to change",
-                info="one (by order) · many: every face · reference: faces like the picked one",
+                info="one (by order) · many: every face · reference: faces like the picked one · map: each person "
+                "their own source (People, below)",
                 elem_id="selector",
             ),
             faces_view,
@@ -424,6 +428,8 @@ class Page:
         settings = self.settings.components
         previewing = [self.target, self.sources, self.frame_index, self.face_paths, *settings]
         preview_out = [self.compare, self.frame_faces, self.face_paths, self.preview_status]
+        self.previewing, self.preview_out = previewing, preview_out
+        self.people.wire()
 
         self.target.change(
             self.on_target, [self.target], [self.frame_index, self.target_image, self.target_video, self.target_info],
@@ -538,6 +544,7 @@ class Page:
         raw = self.settings.raw_from(values)
         needs_source = [p for p in raw["processors"] if self.studio.registry[p].needs_source]
         try:
+            raw, sources = self.people.apply(session, raw, target, sources or [])
             if needs_source and not sources:
                 preset = self.service.preset(raw)
                 preview = self.studio.frame_only(session, target, int(index), preset.faces, preset.runtime.max_pixels)
@@ -595,7 +602,8 @@ class Page:
 
         def work() -> None:
             try:
-                result["done"] = self.studio.run_for(session, raw, target or "", sources or [], state, state.queued)
+                job_raw, job_sources = self.people.apply(session, raw, target, sources or [])
+                result["done"] = self.studio.run_for(session, job_raw, target or "", job_sources, state, state.queued)
             except BaseException as exc:  # reported by the generator below, in the status panel
                 result["error"] = exc
 
