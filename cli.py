@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -19,10 +20,9 @@ from typing import Any
 
 from engine import consent
 from engine.errors import ConsentRequired, FacestudioError, InvalidJob
-from engine.job import Job, Preset, RuntimeSettings, apply_overrides, load_preset_raw, preset_schema
+from engine.job import Job, Preset, apply_overrides, load_preset_raw, preset_schema
 from engine.models import fetch
-from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, record_trusted
-from engine.models.runtime import Runtime
+from engine.models.manifest import EXPORTS_FILE
 from engine.processor import FrameProcessor
 from engine.progress import for_terminal
 
@@ -304,7 +304,6 @@ def people_map(items: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from engine import pipeline
 
     if args.demo:
         if args.target or args.job:
@@ -337,14 +336,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             # Connected before any model loads: a wrong address or a missing Ray fails at once.
             stack.enter_context(cluster.connect(args.cluster, args.workers))
             renderer = cluster.RayRenderer(args.workers)
-        runtime = Runtime(job.runtime, progress_factory=_download_progress)
-        from processors import build_chain
-
-        progress = for_terminal()
-        chain = build_chain(job, runtime)
-        report = pipeline.run(
-            job, chain, runtime, progress, overwrite=args.overwrite, resume=args.resume, renderer=renderer,
-            signing=signing,
+        report = service().run(
+            job, for_terminal(), overwrite=args.overwrite, downloads=_download_progress, resume=args.resume,
+            renderer=renderer, signing=signing,
         )  # fmt: skip
     w0, h0 = report.input_size
     w1, h1 = report.output_size
@@ -427,198 +421,104 @@ def cmd_faces(args: argparse.Namespace) -> int:
 
 
 # -- models ---------------------------------------------------------------------------------------------------
+def service() -> Any:
+    """The engine's front-end API (engine/service.py) for this process's registry."""
+    from engine.service import Service
+
+    return Service(registry())
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def cmd_models(args: argparse.Namespace) -> int:
-    runtime = Runtime(RuntimeSettings(), progress_factory=_download_progress)
-    # The runtime's catalogue: the built-in one plus what `models export` recorded.
-    manifest = runtime.manifest
+    catalogue = service().catalogue
     if args.action == "list":
-        return _models_list(manifest, runtime, args.json)
+        return _models_list(catalogue, args.json)
     ids = list(args.ids)
     for model_id in ids:
-        manifest.get(model_id)
+        catalogue.status(model_id)  # an unknown id is refused, naming the known ones
     if args.action == "verify":
-        return _models_verify(manifest, runtime, ids or list(manifest.models))
+        return _models_verify(catalogue, ids)
     if args.action == "export":
-        return _models_export(runtime, ids[0], fp16=args.fp16, offline=args.offline)
+        return _models_export(catalogue, ids[0], fp16=args.fp16, offline=args.offline)
     if getattr(args, "preset", None):
-        return _models_fetch_preset(runtime, args.preset)
+        preset = Preset.parse(load_preset_raw(args.preset), registry())
+        for path in catalogue.ensure_preset(preset, _download_progress, _say):
+            print(f"ok {path}")
+        return 0
     if not ids:
         raise UsageError("name the models to fetch (see `python launch.py models list`) or give --preset")
-    return _models_fetch(manifest, runtime, ids, trust_first=args.trust_first)
-
-
-def _file_status(runtime: Runtime, file: FileSpec) -> str:
-    """The file's state: embedded, present, missing, mismatch (wrong sha256), or unpinned (a file is there but
-    no sha256 pins it yet: `models fetch ID --trust-first` records one); embedded files are not hashed."""
-    if file.embedded:
-        return "embedded" if file.package_dir() is not None else "missing"
-    if file.sha256 is None:
-        return "unpinned" if runtime.local_path(file).is_file() else "missing"
-    return fetch.verify(file, runtime.folders.models).replace("ok", "present")
-
-
-def _pin(file: FileSpec) -> str:
-    """What backs a file's sha256: `records` (several public records agree), `one record`, `trust-first` (none:
-    fetched only with --trust-first), `first download` (recorded here by --trust-first) or `embedded`."""
-    if file.embedded or file.exported:
-        return "embedded" if file.embedded else "exported"
-    if file.first_download:
-        return "first download"
-    if file.sha256 is None:
-        return "trust-first"
-    return "one record" if file.records == 1 else "records"
-
-
-def _models_list(manifest: Manifest, runtime: Runtime, as_json: bool) -> int:
-    rows = []
-    for spec in manifest.models.values():
-        files = [
-            {
-                "file": f.filename,
-                "format": f.format,
-                "status": _file_status(runtime, f),
-                "size": (f.size or 0) + (f.bin_size or 0),
-                "url": f.url,
-                "sha256": f.sha256,
-                "pin": _pin(f),
-                "records": f.records,
-            }
-            for f in spec.files
-        ]
-        available = any(f["status"] in {"embedded", "present"} for f in files)
-        chain = manifest.chain(spec.id)
-        rows.append(
-            {
-                "id": spec.id,
-                "task": spec.task,
-                "title": spec.title,
-                "licence": spec.licence,
-                "commercial_use": spec.commercial_use,
-                "caveat": spec.caveat,
-                "needs": list(spec.needs),
-                "chain_commercial_use": all(m.commercial_use for m in chain),
-                "chain_licence": manifest.chain_licence(spec.id),
-                "available": available,
-                "files": files,
-            }
-        )
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    print(f"models folder: {runtime.folders.models}")
-    for row in rows:
-        use = "" if row["commercial_use"] else " [NON-COMMERCIAL]"
-        print(f"{row['id']:<30} {row['task']:<15} {row['licence']}{use} — {row['title']}")
-        if row["caveat"]:
-            print(f"    caveat: {row['caveat']}")
-        if row["needs"]:
-            print(f"    needs {', '.join(row['needs'])}: {row['chain_licence']}")
-        for f in row["files"]:
-            size = f"{f['size'] / 1e6:.1f} MB" if f["size"] else "size not published"
-            pin = {
-                "one record": " — sha256 pinned to ONE public record",
-                "trust-first": f" — no published sha256: `models fetch {row['id']} --trust-first` records one",
-                "first download": " — sha256 recorded at its first download here (no public record)",
-            }.get(f["pin"], "")
-            print(f"    {f['status']:<9} {f['format']:<5} {f['file']} ({size}){pin}")
+    for path in catalogue.fetch(ids, trust_first=args.trust_first, progress=_download_progress, say=_say):
+        print(f"ok {path}")
     return 0
 
 
-def _models_verify(manifest: Manifest, runtime: Runtime, ids: list[str]) -> int:
+def _models_list(catalogue: Any, as_json: bool) -> int:
+    rows = catalogue.statuses(verify=True)
+    if as_json:
+        print(json.dumps([_list_row(row) for row in rows], indent=2))
+        return 0
+    print(f"models folder: {catalogue.models_folder()}")
+    for row in rows:
+        use = "" if row.commercial_use else " [NON-COMMERCIAL]"
+        print(f"{row.id:<30} {row.task:<15} {row.licence}{use} — {row.title}")
+        if row.caveat:
+            print(f"    caveat: {row.caveat}")
+        if row.needs:
+            print(f"    needs {', '.join(row.needs)}: {row.chain_licence}")
+        for f in row.files:
+            size = f"{f.size / 1e6:.1f} MB" if f.size else "size not published"
+            pin = {
+                "one record": " — sha256 pinned to ONE public record",
+                "trust-first": f" — no published sha256: `models fetch {row.id} --trust-first` records one",
+                "first download": " — sha256 recorded at its first download here (no public record)",
+            }.get(f.pin, "")
+            print(f"    {f.status:<9} {f.format:<5} {f.file} ({size}){pin}")
+    return 0
+
+
+def _list_row(row: Any) -> dict[str, Any]:
+    """`models list --json`'s object for one model (its keys are a contract: see the README)."""
+    files = [dataclasses.asdict(f) for f in row.files]
+    return {
+        "id": row.id,
+        "task": row.task,
+        "title": row.title,
+        "licence": row.licence,
+        "commercial_use": row.commercial_use,
+        "caveat": row.caveat,
+        "needs": list(row.needs),
+        "chain_commercial_use": row.chain_commercial_use,
+        "chain_licence": row.chain_licence,
+        "available": any(f["status"] in {"embedded", "present"} for f in files),
+        "files": files,
+    }
+
+
+def _models_verify(catalogue: Any, ids: list[str]) -> int:
     """Every present file of `ids` and each cached conversion of them, checked as a job checks them."""
-    bad = 0
-    for model_id in ids:
-        spec = manifest.get(model_id)
-        for f in spec.files:
-            if f.embedded or f.exported:
-                try:
-                    status = "ok" if runtime.is_present(f) else "missing"
-                except FacestudioError:
-                    status = "mismatch"
-            else:
-                status = fetch.verify(f, runtime.folders.models)
-            bad += status == "mismatch"
-            print(f"{status:<9} {model_id:<30} {runtime.local_path(f)}")
-            converted = runtime.check_conversion(spec, f)
-            if converted is not None:
-                shown = {"ok": "ok", "tampered": "mismatch", "unrecorded": "rebuild"}[converted]
-                bad += shown == "mismatch"
-                print(f"{shown:<9} {model_id:<30} {runtime.conversion_path(spec, f)}")
+    checked = catalogue.verify(ids)
+    for item in checked:
+        print(f"{item.status:<9} {item.model:<30} {item.path}")
+    bad = sum(item.status == "mismatch" for item in checked)
     if bad:
         print(f"error: {bad} file(s) do not match their sha256; delete or replace them", file=sys.stderr)
         return 3
     return 0
 
 
-def _models_export(runtime: Runtime, model_id: str, *, fp16: bool, offline: bool) -> int:
+def _models_export(catalogue: Any, model_id: str, *, fp16: bool, offline: bool) -> int:
     """Export `model_id` to ONNX in the models folder; prints where, its sha256 and the graph's declared I/O."""
-    runtime = Runtime(RuntimeSettings(offline=offline), manifest=runtime.manifest, folders=runtime.folders,
-                      progress_factory=_download_progress)  # fmt: skip
-    print(f"licence: {runtime.manifest.get(model_id).licence_line()}", file=sys.stderr)
-    path, file, io = runtime.export(model_id, fp16=fp16)
+    _say(f"licence: {catalogue.status(model_id).licence_line}")
+    path, file, io = catalogue.export(model_id, fp16=fp16, offline=offline, progress=_download_progress)
     print(f"exported {model_id} → {path} ({(file.size or 0) / 1e6:.1f} MB, {file.precision}, sha256 {file.sha256})")
     for kind in ("inputs", "outputs"):
         for value in io[kind]:
             shape = "×".join(str(d) for d in value["shape"])  # type: ignore[union-attr]
             print(f"  {kind[:-1]:<6} {value['name']}: {value['type']} {shape}")
-    print(f"recorded in {runtime.folders.models / EXPORTS_FILE}; --backend onnx now loads it")
-    return 0
-
-
-def _models_fetch_preset(runtime: Runtime, preset_name: str) -> int:
-    """Fetch what a preset's chain needs to run on its backend: nothing when embedded files serve it."""
-    preset = Preset.parse(load_preset_raw(preset_name), registry())
-    runtime = Runtime(preset.runtime, manifest=runtime.manifest, folders=runtime.folders,
-                      progress_factory=_download_progress)  # fmt: skip
-    ids = [m for p in preset.processors for m in registry()[p].model_ids(preset.options[p])]
-    if preset.faces.analyser == "buffalo_l" and any(registry()[p].needs_faces for p in preset.processors):
-        from engine.faces.buffalo import DETECTOR, RECOGNISER
-
-        ids += [m for m in (DETECTOR, RECOGNISER) if m not in ids]
-    for model_id in ids:
-        print(f"licence: {runtime.manifest.get(model_id).licence_line()}", file=sys.stderr)
-    for file in runtime.ensure(ids):
-        print(f"ok {runtime.local_path(file)}")
-    return 0
-
-
-def _models_fetch(manifest: Manifest, runtime: Runtime, ids: list[str], *, trust_first: bool = False) -> int:
-    """Download the named models and the models they need: for an embedded model its official original files;
-    otherwise the one file the default backend would load (not every alternative variant).
-
-    A file no public record gives a sha256 for is fetched only with `trust_first`: it is downloaded as it comes
-    (or a copy already placed is taken), and the sha256 it has is recorded, pinning it from then on."""
-    items: list[tuple[str, FileSpec]] = []
-    chains = list(dict.fromkeys(m.id for model_id in ids for m in manifest.chain(model_id)))
-    for model_id in chains:
-        spec = manifest.get(model_id)
-        # The licence is shown before any byte is downloaded; and what the chain as a whole allows.
-        print(f"licence: {spec.licence_line()}", file=sys.stderr)
-        if spec.needs:
-            print(
-                f"licence: {model_id} needs {', '.join(spec.needs)}: {manifest.chain_licence(model_id)}",
-                file=sys.stderr,
-            )
-        files = (
-            [f for f in spec.files if not f.embedded]
-            if spec.embedded
-            else [runtime.choose_file(spec, runtime.backend_for(None))]
-        )
-        items += [(model_id, f) for f in files]
-    folder = runtime.folders.models
-    unpinned = [(m, f) for m, f in items if f.sha256 is None]
-    if trust_first:
-        for model_id, file in unpinned:
-            print(f"warning: no public record gives a sha256 for {file.filename}: taking it as it comes from "
-                  f"{file.url} and recording the sha256 it has", file=sys.stderr)  # fmt: skip
-            path = fetch.fetch(file, folder, progress=_download_progress(file), trust_first=True)
-            digest = fetch.sha256_file(path)
-            record = record_trusted(folder, model_id, file, digest, path.stat().st_size)
-            print(f"trusted {path} (sha256 {digest}, recorded in {record})")
-        items = [(m, f) for m, f in items if f.sha256 is not None]
-    paths = fetch.ensure([f for _, f in items], folder, offline=False, progress_factory=_download_progress)
-    for path in paths:
-        print(f"ok {path}")
+    print(f"recorded in {path.parent / EXPORTS_FILE}; --backend onnx now loads it")
     return 0
 
 
@@ -717,7 +617,7 @@ def settings_help(groups: Sequence[str] = ()) -> str:
     unknown = [g for g in groups if g not in models]
     if unknown:
         raise UsageError(f"unknown settings group {', '.join(unknown)}; valid: {', '.join(models)}")
-    manifest = Manifest.load()
+    manifest = service().manifest()
     lines = []
     for group in groups or models:
         title = registry()[group].title if group in registry() else group
@@ -759,10 +659,5 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _default_job_models() -> list[str]:
     """The manifest ids the default preset loads: its processors' models, and its face analyser's when a processor
     needs faces."""
-    from engine.faces.stage import analyser_model_ids
-
     preset = Preset.parse(load_preset_raw("default"), registry())
-    ids = [m for p in preset.processors for m in registry()[p].model_ids(preset.options[p])]
-    if any(registry()[p].needs_faces for p in preset.processors):
-        ids += analyser_model_ids(preset.faces)
-    return list(dict.fromkeys(ids))
+    return list(dict.fromkeys(model_id for model_id, _ in service().catalogue.for_preset(preset)))

@@ -15,29 +15,10 @@ from pathlib import Path
 
 from engine import media
 from engine.backends import Device, gpu_visible
+from engine.catalogue import Catalogue
 from engine.errors import FacestudioError
 from engine.job import Preset, Registry, RuntimeSettings, load_preset_raw
 from engine.models.runtime import NATIVE, Runtime
-
-# The models the embedded face analyser checks before use (engine.faces.stage.build_analyser).
-EMBEDDED_ANALYSER = ("dlib_landmarks_68", "dlib_resnet_v1")
-
-
-def preset_models(preset: Preset, registry: Registry) -> list[tuple[str, str | None]]:
-    """(model id, processor backend override) for every model the preset's chain loads, face analyser included."""
-    wanted: list[tuple[str, str | None]] = []
-    for pid in preset.processors:
-        options = preset.options[pid]
-        wanted += [(m, options.backend) for m in registry[pid].model_ids(options)]
-    if any(registry[pid].needs_faces for pid in preset.processors):
-        if preset.faces.analyser == "buffalo_l":
-            from engine.faces.buffalo import DETECTOR, RECOGNISER
-
-            wanted += [(DETECTOR, None), (RECOGNISER, None)]
-        else:
-            analyser = EMBEDDED_ANALYSER + (("dlib_mmod_detector",) if preset.faces.detector == "cnn" else ())
-            wanted += [(m, None) for m in analyser]
-    return list(dict.fromkeys(wanted))
 
 
 @dataclass
@@ -81,7 +62,8 @@ class Readiness:
 
     def _model_reasons(self, preset: Preset, runtime: Runtime) -> list[str]:
         found = []
-        for model_id, backend in preset_models(preset, self.registry):
+        catalogue = Catalogue(self.registry, lambda settings, _: runtime)
+        for model_id, backend in catalogue.for_preset(preset):
             try:
                 spec = runtime.manifest.get(model_id)
                 name = runtime.backend_for(backend)

@@ -3,7 +3,7 @@
 One `Service` per process holds the processor registry it was given (the engine never imports `processors/`),
 warm runtimes (models stay loaded between jobs), and small caches for single frames. It builds jobs and chains,
 runs jobs, renders single frames through the chain (previews; live streams keep their tracker through a
-`FrameRenderer`), finds faces, and lists, fetches and verifies models.
+`FrameRenderer`), finds faces; its `catalogue` (engine/catalogue.py) lists, fetches, verifies and exports models.
 
 Not thread-safe for model work by itself: callers serialise model work (runs, previews, face finding) with
 `model_lock`, as the UI and the jobs API do, so one job at a time uses the GPU.
@@ -17,17 +17,17 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from engine import media as video
 from engine import pipeline
+from engine.catalogue import Catalogue
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
 from engine.faces.people import Scan
 from engine.faces.stage import build_analyser, scan_target
 from engine.job import FacesSettings, Job, Preset, RuntimeSettings
-from engine.models import fetch
-from engine.models.manifest import Manifest, ModelSpec
+from engine.models.manifest import Manifest
 from engine.models.runtime import ProgressFactory, Runtime
 from engine.processor import FrameContext, FrameProcessor
 from engine.progress import Progress
@@ -35,27 +35,8 @@ from engine.render import face_stage
 from engine.types import Face, Frame
 
 Registry = Mapping[str, type[FrameProcessor]]
-Availability = Literal["embedded", "downloaded", "missing"]
 # Decoded target frames and face-stage results kept for previews: a user moves between a handful of frames.
 _FRAMES_KEPT = 8
-
-
-@dataclass(frozen=True)
-class ModelStatus:
-    """One catalogue model as front ends list it. `size`: bytes of its smallest downloadable file (None when it
-    has none, or the size is unknown); `downloadable`: a published file of it is not here yet (an embedded model's
-    official original, or a downloaded model's file); `licence_line`: licence, commercial use and homepage."""
-
-    id: str
-    task: str
-    title: str
-    licence: str
-    commercial_use: bool
-    homepage: str
-    availability: Availability
-    size: int | None
-    downloadable: bool
-    licence_line: str
 
 
 @dataclass(frozen=True)
@@ -148,6 +129,7 @@ class Service:
         self._runtimes: dict[RuntimeSettings, Runtime] = {}
         self._frames: OrderedDict[tuple[Any, ...], Frame] = OrderedDict()
         self._renderers: OrderedDict[tuple[Any, ...], FrameRenderer] = OrderedDict()
+        self.catalogue = Catalogue(registry, self._runtime_for_models)
 
     # -- jobs ---------------------------------------------------------------------------------------------------
     def runtime(self, settings: RuntimeSettings, progress_factory: ProgressFactory | None = None) -> Runtime:
@@ -156,6 +138,11 @@ class Service:
             if settings not in self._runtimes:
                 self._runtimes[settings] = Runtime(settings, progress_factory=progress_factory)
             return self._runtimes[settings]
+
+    def _runtime_for_models(self, settings: RuntimeSettings, progress: ProgressFactory | None) -> Runtime:
+        """The warm runtime, or a fresh one when downloads report their progress to `progress` (a warm runtime
+        keeps the progress reporting it was made with)."""
+        return self.runtime(settings) if progress is None else Runtime(settings, progress_factory=progress)
 
     def preset(self, raw: Mapping[str, Any]) -> Preset:
         return Preset.parse(raw, self.registry)
@@ -175,10 +162,18 @@ class Service:
         return chain
 
     def run(
-        self, job: Job, progress: Progress | None = None, *, overwrite: bool = False, **kwargs: Any
+        self,
+        job: Job,
+        progress: Progress | None = None,
+        *,
+        overwrite: bool = False,
+        downloads: ProgressFactory | None = None,
+        **kwargs: Any,
     ) -> pipeline.RunReport:
-        """Run `job` on its warm runtime (the caller holds `model_lock` when it shares the process)."""
-        runtime = self.runtime(job.runtime)
+        """Run `job` on its warm runtime (the caller holds `model_lock` when it shares the process); `kwargs` as
+        `pipeline.run` takes them (resume, renderer, signing). `downloads`: progress of model downloads (a
+        one-shot front end's runtime; a warm one keeps what it was made with)."""
+        runtime = self.runtime(job.runtime, downloads)
         return pipeline.run(job, self.chain(job, runtime), runtime, progress, overwrite=overwrite, **kwargs)
 
     # -- single frames ------------------------------------------------------------------------------------------
@@ -276,51 +271,3 @@ class Service:
     def manifest(self) -> Manifest:
         """The catalogue in use (the built-in one or $FACESTUDIO_MANIFEST's, plus this machine's exports)."""
         return self.runtime(RuntimeSettings(offline=True)).manifest
-
-    def models(self) -> list[ModelStatus]:
-        """Every catalogue model with what is on this machine (file presence and size; hashing waits for use)."""
-        runtime = self.runtime(RuntimeSettings(offline=True))
-        return [self._status(spec, runtime) for spec in runtime.manifest.models.values()]
-
-    def model(self, model_id: str) -> ModelStatus:
-        runtime = self.runtime(RuntimeSettings(offline=True))
-        return self._status(runtime.manifest.get(model_id), runtime)
-
-    @staticmethod
-    def _status(spec: ModelSpec, runtime: Runtime) -> ModelStatus:
-        published = [f for f in spec.files if f.url is not None]
-
-        def here(f: Any) -> bool:
-            path = runtime.local_path(f)
-            return path.is_file() and (f.size is None or path.stat().st_size == f.size)
-
-        present = [f for f in published if here(f)]
-        availability: Availability = "embedded" if spec.embedded else "downloaded" if present else "missing"
-        size = min((f.size for f in published if f.size is not None), default=None)
-        return ModelStatus(
-            spec.id, spec.task, spec.title, spec.licence, spec.commercial_use, spec.homepage, availability, size,
-            bool(published) and not present, spec.licence_line(),
-        )  # fmt: skip
-
-    def fetch_model(self, model_id: str, progress_factory: ProgressFactory | None = None) -> list[Path]:
-        """Download a model's files as `models fetch` does: an embedded model's official originals, else the file
-        the default backend loads. Returns the paths now present; typed errors (ModelUnavailable, ChecksumMismatch)
-        name what failed."""
-        runtime = self.runtime(RuntimeSettings(offline=True))
-        spec = runtime.manifest.get(model_id)
-        files = (
-            [f for f in spec.files if not f.embedded]
-            if spec.embedded
-            else [runtime.choose_file(spec, runtime.backend_for(None))]
-        )
-        return fetch.ensure(files, runtime.folders.models, offline=False, progress_factory=progress_factory)
-
-    def verify_models(self) -> list[tuple[str, str, str]]:
-        """(model id, file name, "ok" | "mismatch") for every downloaded model file present here."""
-        runtime = self.runtime(RuntimeSettings(offline=True))
-        out = []
-        for spec in runtime.manifest.models.values():
-            for f in spec.files:
-                if not f.embedded and runtime.local_path(f).is_file():
-                    out.append((spec.id, f.filename, fetch.verify(f, runtime.folders.models)))
-        return out

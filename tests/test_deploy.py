@@ -21,8 +21,7 @@ from engine.metrics import PROCESS_METRICS
 from engine.models.runtime import Folders
 from processors import REGISTRY
 from webui import server
-from webui.app import Studio
-from webui.jobs import JobQueue
+from webui.app import Studio, api_jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -63,7 +62,7 @@ def pod_specs() -> Iterator[tuple[str, dict[str, Any]]]:
 
 def app_paths(tmp_path: Path) -> set[str]:
     studio = Studio(work_dir=tmp_path / "work")
-    routes = server.routes(JobQueue(studio, tmp_path / "jobs", 1), Readiness(REGISTRY), auth=None, max_upload=1)
+    routes = server.routes(api_jobs(studio, tmp_path / "jobs", 1), Readiness(REGISTRY), auth=None, max_upload=1)
     return {route.path for route in FastAPI(routes=routes).routes}  # type: ignore[attr-defined]
 
 

@@ -1,4 +1,4 @@
-"""Imports point one way: no module of the engine or the processors imports, however indirectly, one that imports
+"""Imports point one way: no module of the engine, the processors or the web UI imports, however indirectly, one that imports
 it back. Every import counts, the ones inside functions and under TYPE_CHECKING too (read from the source)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("engine", "processors")
+PACKAGES = ("engine", "processors", "webui")
 
 
 def _modules() -> dict[str, Path]:
@@ -78,7 +78,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_engine_and_the_processors_have_no_import_cycle() -> None:
+def test_the_engine_the_processors_and_the_ui_have_no_import_cycle() -> None:
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert _cycles(graph) == []
@@ -99,3 +99,19 @@ def test_the_engine_imports_neither_the_ui_nor_the_processors_but_for_ray_worker
     assert outward == {("engine.cluster", "processors")}
     sources = (path.read_text(encoding="utf-8") for name, path in modules.items() if name in engine)
     assert not any("import webui" in text or "from webui" in text for text in sources)
+
+
+def test_the_front_ends_reach_the_engine_through_its_service() -> None:
+    """The UI calls the engine service and the settings it presents, not the model, face and runtime internals the
+    service hides (the runtime, the fetcher, the catalogue's files, the face stage and analysers)."""
+    modules = _modules()
+    internals = ("engine.models.runtime", "engine.models.fetch", "engine.models.manifest", "engine.faces.stage",
+                 "engine.faces.buffalo", "engine.faces.embedded")  # fmt: skip
+    reaching = {
+        (name, dep)
+        for name in modules
+        if name.startswith("webui")
+        for dep in _imports(name, modules[name], modules)
+        if dep.startswith(internals)
+    }
+    assert reaching == set()

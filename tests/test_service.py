@@ -60,7 +60,7 @@ def test_a_live_stream_tracks_faces_instead_of_detecting_each_frame(clip: Path) 
 
 
 def test_models_say_what_is_here_and_what_can_be_downloaded() -> None:
-    statuses = {m.id: m for m in Service(REGISTRY).models()}
+    statuses = {m.id: m for m in Service(REGISTRY).catalogue.statuses()}
     embedded = statuses["realesr_animevideov3"]
     assert (embedded.availability, embedded.downloadable, embedded.size) == ("embedded", True, 2504012)
     dlib = statuses["dlib_resnet_v1"]

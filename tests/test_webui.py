@@ -513,12 +513,14 @@ def test_models_cell_downloads_with_progress(server, tmp_path: Path, monkeypatch
     monkeypatch.setenv("FACESTUDIO_MANIFEST", str(tmp_path / "manifest.toml"))
     monkeypatch.setenv("FACESTUDIO_MODELS", str(tmp_path / "models"))
     studio = Studio(work_dir=tmp_path / "work")
-    status = studio.service.model("gfpgan_1_3")
+    status = studio.service.catalogue.status("gfpgan_1_3")
     assert (status.availability, status.downloadable, status.size) == ("missing", True, 200_000)
     calls: list[tuple[int, int | None]] = []
-    (path,) = studio.service.fetch_model("gfpgan_1_3", lambda _: lambda done, total: calls.append((done, total)))
+    (path,) = studio.service.catalogue.fetch(
+        ["gfpgan_1_3"], progress=lambda _: lambda done, total: calls.append((done, total)), say=lambda _: None
+    )
     assert path.read_bytes() == payload and calls[-1] == (len(payload), len(payload))
-    status = studio.service.model("gfpgan_1_3")
+    status = studio.service.catalogue.status("gfpgan_1_3")
     assert (status.availability, status.downloadable) == ("downloaded", False)
 
 

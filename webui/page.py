@@ -199,7 +199,7 @@ class Page:
         """A model field's choices labelled `id · embedded|downloaded|missing · commercial use or not`."""
         if not view.shown.models:
             return None
-        statuses = {m.id: m for m in self.service.models()}
+        statuses = {m.id: m for m in self.service.catalogue.statuses()}
         out = []
         for value in view.choices or ():
             status = statuses.get(str(value))
@@ -382,7 +382,7 @@ class Page:
         return delete
 
     def _model_rows(self) -> None:
-        for status in self.service.models():
+        for status in self.service.catalogue.statuses():
             megabytes = None if status.size is None else f"{status.size / 1e6:,.0f} MB"
             if status.availability == "embedded":
                 size = "embedded" + (f" (original {megabytes})" if megabytes else "")
@@ -415,7 +415,7 @@ class Page:
                 return lambda done, total: progress((done, total), desc=item.filename, unit="B")
 
             try:
-                paths = self.service.fetch_model(model_id, bar)
+                paths = self.service.catalogue.fetch([model_id], progress=bar, say=log.info)
             except Exception as exc:
                 log.info("download of %s failed: %s", model_id, exc)
                 return f"<span class='fs-warn'>download failed: {user_message(exc, {})}</span>"
@@ -698,12 +698,11 @@ class Page:
         return version + 1
 
     def on_verify(self) -> str:
-        rows = self.service.verify_models()
+        rows = [r for r in self.service.catalogue.verify() if r.status != "missing"]
         if not rows:
-            return "no downloaded model files"
+            return "no model files here to check"
         return "\n".join(
-            f"- {'ok' if state == 'ok' else '**' + state + '**'}: {model} ({filename})"
-            for model, filename, state in rows
+            f"- {'ok' if r.status == 'ok' else '**' + r.status + '**'}: {r.model} ({r.path.name})" for r in rows
         )
 
     # -- the API: one named endpoint for scripts (gradio_client) ------------------------------------------------
