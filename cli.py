@@ -392,15 +392,13 @@ def _download_progress(item: fetch.Downloadable) -> Callable[[int, int | None], 
 def cmd_faces(args: argparse.Namespace) -> int:
     """`faces scan`: the people of a target (sampled frames, nothing rendered), their pictures in one PNG sheet."""
     from engine import media
-    from engine.faces.stage import build_analyser, scan_target
 
     raw = load_preset_raw(args.preset or "default")
     for item in args.set:
         if not item.strip().startswith("faces."):
             raise UsageError(f"faces scan takes only faces settings (--set faces.FIELD=VALUE), got {item!r}")
     preset = Preset.parse(apply_overrides(raw, args.set, registry()), registry())
-    runtime = Runtime(preset.runtime, progress_factory=_download_progress)
-    found = scan_target(preset.faces, runtime, build_analyser(preset.faces, runtime), args.target)
+    found = service().people(args.target, preset.faces, preset.runtime, downloads=_download_progress)
     sheet = args.sheet or Path.cwd() / f"{args.target.name}.people.png"
     media.write_image(sheet, found.sheet())
     if args.json:

@@ -257,14 +257,20 @@ class Service:
         """Every face on `image` (H×W×3 uint8 RGB), largest first as the analyser orders them."""
         return self.analyser(settings).detect(image)
 
-    def people(self, target: Path, settings: FacesSettings, runtime: RuntimeSettings | None = None) -> Scan:
+    def people(
+        self,
+        target: Path,
+        settings: FacesSettings,
+        runtime: RuntimeSettings | None = None,
+        downloads: ProgressFactory | None = None,
+    ) -> Scan:
         """The people of `target` as `faces scan` finds them (`engine.faces.people.scan`), kept per runtime: the
         previews and runs of these runtime settings (default: the default ones) number people from the same scan.
-        Refused over `max_pixels` like a run."""
+        Refused over `max_pixels` like a run. `downloads`: progress of an analyser's model download."""
         runtime_settings = runtime or RuntimeSettings()
         info = video.probe(target)
         _check_pixels(target, info.width, info.height, runtime_settings.max_pixels)
-        warm = self.runtime(runtime_settings)
+        warm = self._runtime_for_models(runtime_settings, downloads)
         return scan_target(settings, warm, build_analyser(settings, warm), Path(target))
 
     # -- models -------------------------------------------------------------------------------------------------

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import gradio as gr
 
 from engine.errors import FacestudioError, InvalidInput
 from engine.faces.people import Scan
 from engine.job import FacesSettings, RuntimeSettings
-from webui.studio import Session, user_message
-
-if TYPE_CHECKING:
-    from webui.page import Page
+from webui.studio import Session, Studio, user_message
 
 HINT = "**People** — find who is in the target, then give each person their own source photos"
 
@@ -38,10 +35,25 @@ class PeopleState:
     sources: dict[int, list[str]] = field(default_factory=dict)
 
 
+class PageParts(Protocol):
+    """What the panel uses of the page it is built into (`webui.page.Page`; a protocol: the page imports this
+    module): its studio, the target and selector components, the settings cells, and the preview's handler with
+    its inputs and outputs."""
+
+    studio: Studio
+    target: Any
+    selector: Any
+    settings: Any
+    previewing: list[Any]
+    preview_out: list[Any]
+
+    def on_preview(self, *args: Any) -> Any: ...
+
+
 class PeoplePanel:
     """Builds the panel into the page (inside its inputs column) and turns a session's mapping into job settings."""
 
-    def __init__(self, page: Page, session_of: Callable[[Any, gr.Request], Session]) -> None:
+    def __init__(self, page: PageParts, session_of: Callable[[Any, gr.Request], Session]) -> None:
         """`session_of(studio, request)`: the session a request comes from (the page's rule)."""
         self.page = page
         self.studio = page.studio
