@@ -131,6 +131,7 @@ class FaceStage:
     tracker: FaceTracker
     gallery: Gallery | None = None
     cast: Mapping[int, SourceIdentity] = field(default_factory=dict)
+    scan: Scan | None = None
     _decided: dict[int, bool] = field(default_factory=dict)
     _chosen: int | None = None
 
@@ -152,7 +153,7 @@ class FaceStage:
         if settings.people and settings.selector != "map":
             raise InvalidInput("faces.people maps people to sources but faces.selector is not 'map'; set both")
         analyser = build_analyser(settings, runtime)
-        gallery, cast, source = None, {}, None
+        gallery, cast, source, found = None, {}, None, None
         if settings.selector == "map":
             cast = _cast(settings, analyser, sources)
         elif sources:
@@ -171,7 +172,24 @@ class FaceStage:
             appearance=settings.selector != "many" or gallery is not None,
             embed_new=gallery is not None or settings.selector == "reference",
         )
-        return cls(settings, analyser, source, reference, tracker, gallery, cast)
+        return cls(settings, analyser, source, reference, tracker, gallery, cast, found)
+
+    def people_record(self) -> list[dict[str, Any]] | None:
+        """The target's people as the run numbered them, for the sidecar (None where people are not grouped): each
+        person's number, thumbnail hash and sampled frames seen, and the job's sources mapped to them (positions;
+        none: left as they are). No path."""
+        if self.scan is None:
+            return None
+        mapped = {entry.person: list(entry.sources) for entry in self.settings.people}
+        return [
+            {
+                "person": p.number,
+                "thumbnail": p.thumbnail_hash,
+                "frames_seen": len(p.frames),
+                "sources": mapped.get(p.number, []),
+            }
+            for p in self.scan.people
+        ]
 
     def restart(self) -> None:
         """Start over as on a video's first frame: no track, no face chosen yet (the analyser, the sources and the

@@ -172,7 +172,7 @@ class Motion:
 
     State: centre x, y and size s (pixels: the 5 landmarks' centroid and RMS distance from it), and their
     velocities (pixels per frame). Noise is relative to the face's size, as in DeepSORT, so a large close face and
-    a small distant one are followed alike: measurement σ = s/40, process σ = s/40 (position) and s/50 (velocity)
+    a small distant one are followed alike: measurement σ = s/40, process σ = s/50 (position) and s/60 (velocity)
     per frame: responsive enough that a face carried through a blind frame of the swaying, zooming demo clip
     lands within a pixel of the true one, steady enough that 3 blind frames of a face seen with 1.5 px of noise
     keep its box at IoU > 0.9 (tests/test_tracking.py, tests/test_face_swapper.py). `predict` advances one frame
@@ -180,8 +180,8 @@ class Motion:
     """
 
     MEASUREMENT = 1 / 40
-    POSITION = 1 / 40
-    VELOCITY = 1 / 50
+    POSITION = 1 / 50
+    VELOCITY = 1 / 60
 
     def __init__(self, centre: npt.ArrayLike, size: float) -> None:
         self._kf = cv2.KalmanFilter(6, 3)
