@@ -15,6 +15,7 @@ from engine import demo
 from engine import media as video
 from engine.errors import InvalidInput
 from engine.job import Preset
+from processors.face_debugger import PALETTE
 from webui.app import Studio
 from webui.page import Page
 from webui.privacy import COOKIE
@@ -67,12 +68,12 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     assert left.box[2] < 512 <= right.box[0]  # person 0 the astronaut on the left, person 1 Hopper
 
     # Before anyone has photos, a map preview says what to do.
-    _, _, _, message = page.on_preview(target, [], 0, [], request, *values)
+    _, _, _, message = page.on_preview(target, [], 0, [], False, request, *values)
     assert "give at least one person source photos" in message
 
     selector, summary = page.people._given(1)([str(pair["astronaut"])], request)
     assert selector == "map" and summary.startswith("**People** — person 1 ← astronaut.png")
-    compare, _, _, message = page.on_preview(target, [], 0, [], request, *values)
+    compare, _, _, message = page.on_preview(target, [], 0, [], False, request, *values)
     assert "2 faces found, 1 changed" in message, message
     before, after = (video.read_image(Path(p))[0] for p in compare["value"])
     image = pair["image"]
@@ -82,6 +83,13 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     assert np.array_equal(after[:, :512], unchanged[:, :512])  # the astronaut: untouched
     x1, y1, x2, y2 = (round(v) for v in right.box)
     assert np.abs(after[y1:y2, x1:x2].astype(int) - image[y1:y2, x1:x2]).mean() > 5  # Hopper: swapped
+
+    # The preview's debugger toggle draws on the preview alone: Hopper's box in person 1's colour.
+    compare, _, _, message = page.on_preview(target, [], 0, [], True, request, *values)
+    drawn = video.read_image(Path(compare["value"][1]))[0]
+    edge = drawn[y1 + 5 : y2 - 5, x1 + 1]
+    assert (np.abs(edge.astype(int) - PALETTE[1]).max(axis=1) <= 40).mean() > 0.9
+    assert "face_debugger" not in page.settings.raw_from(values)["processors"]
 
     # What a run gets: the mapped person's photos, named in the job by number and picture hash.
     raw, sources = page.people.apply(session, page.settings.raw_from(values), target, [])

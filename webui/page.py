@@ -59,6 +59,8 @@ CSS = """
 
 # What the pipeline's progress stages are called on the page.
 _STAGES = {"frames": "rendering"}
+# The processor the preview's debugger toggle appends to the chain (processors/face_debugger.py).
+DEBUGGER = "face_debugger"
 
 
 def session_of(studio: Studio, request: gr.Request) -> Session:
@@ -294,6 +296,12 @@ class Page:
             label="before / after (chosen frame)", type="filepath", height=430, elem_id="compare", interactive=False
         )
         self.preview_status = gr.Markdown(elem_id="preview-status")
+        self.debug_preview = gr.Checkbox(
+            label="show the face debugger on the preview",
+            info="boxes, landmarks, the mask in use, person, detection score, identity distance (preview only)",
+            value=False,
+            elem_id="preview-debug",
+        )
         self.agreed = gr.Checkbox(
             label="I have read the responsible-use notice and have the consent of the people shown",
             info=consent.NOTICE,
@@ -426,7 +434,7 @@ class Page:
     # -- events -------------------------------------------------------------------------------------------------
     def _wire(self, app: gr.Blocks, runtime_made: dict[str, gr.Component]) -> None:
         settings = self.settings.components
-        previewing = [self.target, self.sources, self.frame_index, self.face_paths, *settings]
+        previewing = [self.target, self.sources, self.frame_index, self.face_paths, self.debug_preview, *settings]
         preview_out = [self.compare, self.frame_faces, self.face_paths, self.preview_status]
         self.previewing, self.preview_out = previewing, preview_out
         self.people.wire()
@@ -440,7 +448,8 @@ class Page:
             concurrency_id="preview", concurrency_limit=4,
         ).then(self.on_preview, previewing, preview_out, concurrency_id="preview", concurrency_limit=4)  # fmt: skip
         gr.on(
-            [c.change for c in settings] + [self.frame_index.release, self.preview_btn.click],
+            [c.change for c in settings]
+            + [self.frame_index.release, self.preview_btn.click, self.debug_preview.change],
             self.on_preview, previewing, preview_out, trigger_mode="always_last", concurrency_id="preview",
             concurrency_limit=4, show_progress="minimal",
         )  # fmt: skip
@@ -535,6 +544,7 @@ class Page:
         sources: list[str] | None,
         index: float,
         shown_faces: list[str],
+        debugging: bool,
         request: gr.Request,
         *values: Any,
     ) -> tuple[Any, ...]:
@@ -542,6 +552,8 @@ class Page:
         if not target:
             return gr.update(value=None), [], [], "add a target image or video to see a preview"
         raw = self.settings.raw_from(values)
+        if debugging and DEBUGGER in self.studio.registry and DEBUGGER not in raw["processors"]:
+            raw = {**raw, "processors": [*raw["processors"], DEBUGGER]}  # the preview's toggle: not the run's chain
         needs_source = [p for p in raw["processors"] if self.studio.registry[p].needs_source]
         try:
             raw, sources = self.people.apply(session, raw, target, sources or [])

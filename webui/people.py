@@ -38,7 +38,7 @@ class PeopleState:
 class PageParts(Protocol):
     """What the panel uses of the page it is built into (`webui.page.Page`; a protocol: the page imports this
     module): its studio, the target and selector components, the settings cells, and the preview's handler with
-    its inputs and outputs."""
+    its inputs and outputs (`previewing`, in the order `on_preview` takes them)."""
 
     studio: Studio
     target: Any
