@@ -103,6 +103,10 @@ def test_scan_and_a_mapped_render_put_each_persons_own_source_on_them(
     assert checked >= visible - 12  # every face the detector finds; the astronaut is hidden while they overlap
 
     sidecar = json.loads(Path(f"{out}.job.json").read_text())
+    # Identity QA measured each face against its own person's source: both moved towards theirs.
+    qa = sidecar["faces"]["identity"]
+    assert qa["faces_checked"] >= visible - 12 and qa["flagged_frames"] == []
+    assert qa["mean_distance_after"] < qa["mean_distance_before"] - 0.1
     people = sidecar["faces"]["people"]
     assert [(p["person"], p["thumbnail"], p["sources"]) for p in people] == [
         (0, astronaut["thumbnail"], [0]),
@@ -219,3 +223,25 @@ def test_map_arguments_become_sources_and_people(tmp_path: Path) -> None:
     )
     with pytest.raises(cli.UsageError, match="not --source as well"):
         cli.job_from_args(args)
+
+
+def test_faces_scan_of_an_image_prints_each_person_and_how_to_map_them(
+    photos: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pair = tmp_path / "pair.png"
+    images = _photos(photos)
+    hopper = images["hopper"][:512, :512]
+    media.write_image(pair, np.ascontiguousarray(np.concatenate([images["astronaut"], hopper], axis=1)))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["faces", "scan", "--target", str(pair)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "pair.png: people 0 and 1 on 1 sampled of 1 frames (every 0.5 s)"
+    assert out[1].startswith("  person 0: seen on 1 sampled frames, 0.0 s, best picture at frame 0, thumbnail ")
+    assert out[3] == f"pictures: {tmp_path / 'pair.png.people.png'}"
+    assert out[4].endswith("--map 0=IMAGE --map 1=IMAGE")
+    assert media.read_image(tmp_path / "pair.png.people.png")[0].shape[1] > 2 * 192
+    assert cli.main(["faces", "scan", "--target", str(tmp_path / "nobody.mp4")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "nobody.mp4" in err and err.count("\n") == 0
+    assert cli.main(["faces", "scan", "--target", str(pair), "--set", "face_swapper.blend=5"]) == 2
+    assert "faces scan takes only faces settings" in capsys.readouterr().err
