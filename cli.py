@@ -16,15 +16,17 @@ import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import consent
 from engine.errors import ConsentRequired, FacestudioError, InvalidJob
 from engine.job import Job, Preset, apply_overrides, load_preset_raw, preset_schema
-from engine.models import fetch
 from engine.models.manifest import EXPORTS_FILE
 from engine.processor import FrameProcessor
 from engine.progress import for_terminal
+
+if TYPE_CHECKING:
+    from engine.models import fetch
 
 log = logging.getLogger("facestudio")
 

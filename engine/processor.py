@@ -89,6 +89,8 @@ class FrameProcessor(ABC, Generic[OptionsT]):
     # A processor that only draws on the frames (the face debugger): it may follow one that resizes them (it
     # scales the faces), and identity QA measures the frames before it.
     draws_only: ClassVar[bool] = False
+    # Set by a processor that reads each frame's time in a video (an image target is refused before any work).
+    needs_video: ClassVar[bool] = False
     # Set by a processor whose current options need 68-point landmarks (the buffalo_l analyser has only 5).
     needs_landmarks68: bool = False
     # Set by a processor that reads each face's person number and identity (`Face.person`, `Face.embedding`):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from engine import ffmpeg_commands as cmd
 from engine import media
-from engine.errors import InvalidInput
+from engine.errors import InvalidInput, InvalidJob
 from engine.job import Job
 from engine.media.images import size_limit
 from engine.outputs import check_names
@@ -56,6 +56,7 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
     if job.faces.reference_image is not None:
         _check_still_image(job.faces.reference_image, "faces.reference_image")
     _check_target(job, info)
+    _check_chain_kind(chain, info)
     size = output_size(chain, info.width, info.height)
     _check_pixels(job, size, "the output would be", "lower the upscale factor")
     _check_output(job, info, overwrite)
@@ -83,6 +84,14 @@ def _check_still_image(path: Path, role: str) -> None:
     info = media.probe(path)
     if info.kind != "image":
         raise InvalidInput(f"the {role} {path} is a video: give a still image (PNG, JPEG, WebP, BMP or TIFF)")
+
+
+def _check_chain_kind(chain: Sequence[FrameProcessor], info: media.MediaInfo) -> None:
+    if info.kind != "image":
+        return
+    for processor in chain:
+        if processor.needs_video:
+            raise InvalidJob(f"{processor.id} needs a video target; {info.path.name} is a still image")
 
 
 def _check_target(job: Job, info: media.MediaInfo) -> None:

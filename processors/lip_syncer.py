@@ -72,6 +72,7 @@ class LipSyncer(FrameProcessor[LipSyncerOptions]):
     title: ClassVar[str] = "Lip syncer (Wav2Lip)"
     Options: ClassVar[type[ProcessorOptions]] = LipSyncerOptions
     needs_faces: ClassVar[bool] = True
+    needs_video: ClassVar[bool] = True
     needs_landmarks68: bool = True
 
     def __init__(self, options: LipSyncerOptions, runtime: Runtime) -> None:

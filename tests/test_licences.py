@@ -37,6 +37,41 @@ MANIFEST_CASES = {
         DLIB,
     ): ["cc0-1.0-dlib-models", "ibug-300w"],
     ("public domain (released by its author, Davis King)", DLIB): ["cc0-1.0-dlib-models"],
+    (
+        "facestudio's code; its 68 landmarks come from dlib's model, trained on iBUG 300-W (non-commercial terms)",
+        DLIB,
+    ): ["ibug-300w"],
+    (
+        "ResearchRAIL-MS (FaceFusion; only the licence's name is published)",
+        "https://github.com/facefusion/facefusion-labs",
+    ): ["researchrail-ms"],
+    (
+        "OpenRAIL-MS (facefusion-labs crossface; only the licence's name is published, so its use terms cannot be"
+        " read)",
+        "https://github.com/facefusion/facefusion-labs",
+    ): ["openrail-ms"],
+    ("Apache-2.0 (ai-forever/ghost LICENSE)", "https://github.com/ai-forever/ghost"): ["apache-2.0"],
+    ("CC BY-NC 4.0 (neuralchen/SimSwap LICENSE)", "https://github.com/neuralchen/SimSwap"): ["cc-by-nc-4.0"],
+    (
+        "unknown (FaceFusion says Unknown; the upstream repository was not available to check)",
+        "https://github.com/GuijiAI/HifiFace",
+    ): ["no-licence"],
+    (
+        "CC BY-NC-SA 4.0 (mapooon/BlendFace LICENSE.md: research purposes only)",
+        "https://github.com/mapooon/BlendFace",
+    ): ["cc-by-nc-sa-4.0"],
+    (
+        "unknown (FaceFusion says Unknown; xc-csc101/UniFace has no licence file)",
+        "https://github.com/xc-csc101/UniFace",
+    ): ["no-licence"],
+    ("no licence file upstream; FaceFusion labels GPEN non-commercial", "https://github.com/yangxy/GPEN"): [
+        "no-licence"
+    ],
+    ("MIT (KwaiVGI/LivePortrait LICENSE)", "https://github.com/KwaiVGI/LivePortrait"): ["mit-liveportrait"],
+    (
+        "Wav2Lip: personal, research and non-commercial use only (trained on LRS2; commercial use is prohibited)",
+        "https://github.com/Rudrabha/Wav2Lip",
+    ): ["wav2lip"],
 }
 
 # The wording of the models being added (MODELS.md §8-§16), as FaceFusion and the upstream repos put it.

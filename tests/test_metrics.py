@@ -21,8 +21,7 @@ from engine.health import Readiness
 from engine.models.manifest import MANIFEST_PATH, Manifest
 from processors import REGISTRY
 from webui import server
-from webui.app import Studio, UISettings, launch
-from webui.jobs import JobQueue
+from webui.app import Studio, UISettings, api_jobs, launch
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -71,10 +70,10 @@ def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         app.close()
 
 
-def wait_for(url: str, job_id: str) -> dict:
-    """The job's status once it has finished (polls; the job's own progress decides when)."""
+def wait_for(url: str, submitted: dict) -> dict:
+    """The job's status once it has finished (polls with the submit answer's token; the job decides when)."""
     while True:
-        status = httpx.get(f"{url}api/jobs/{job_id}").json()
+        status = httpx.get(f"{url}api/jobs/{submitted['id']}", headers={"X-Job-Token": submitted["token"]}).json()
         if status["status"] in {"done", "failed", "cancelled"}:
             return status
         time.sleep(0.2)
@@ -91,7 +90,7 @@ def test_a_job_moves_the_metrics_with_low_cardinality_labels(app_url: str, tmp_p
             data={"preset": json.dumps(preset), "consent": "true"},
         )
     assert response.status_code == 202
-    assert wait_for(app_url, response.json()["id"])["status"] == "done"
+    assert wait_for(app_url, response.json())["status"] == "done"
     after, families = scrape(app_url)
     assert set(FAMILIES) <= set(families)
 
@@ -136,7 +135,7 @@ def test_healthz_and_readyz_on_the_served_app(app_url: str) -> None:
 
 
 def probe_client(readiness: Readiness, tmp_path: Path) -> TestClient:
-    jobs = JobQueue(Studio(work_dir=tmp_path / "work"), tmp_path / "jobs", 2)
+    jobs = api_jobs(Studio(work_dir=tmp_path / "work"), tmp_path / "jobs", 2)
     return TestClient(FastAPI(routes=server.routes(jobs, readiness, auth=None, max_upload=1 << 20)))
 
 

@@ -181,7 +181,8 @@ def test_trust_first_records_the_hash_and_pins_the_file_from_then_on(
     assert cli.main(["models", "fetch", "ghost_1_256", "--trust-first"]) == 0
     out = capsys.readouterr()
     digest = __import__("hashlib").sha256(source.read_bytes()).hexdigest()
-    assert f"trusted {models / 'ghost_1_256.onnx'} (sha256 {digest}" in out.out
+    assert f"trusted {models / 'ghost_1_256.onnx'} (sha256 {digest}" in out.err  # notes go to stderr
+    assert f"ok {models / 'ghost_1_256.onnx'}" in out.out.splitlines()
     assert "no public record gives a sha256 for ghost_1_256.onnx" in out.err
     record = json.loads((models / TRUSTED_FILE).read_text())["trusted"]
     assert record == [

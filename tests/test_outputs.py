@@ -100,7 +100,7 @@ def test_delivery_never_replaces_a_file_that_appeared_meanwhile(tmp_path: Path) 
         media.write_image(staged, np.zeros((4, 4, 3), np.uint8))
         output.write_bytes(b"written by another program")
         with pytest.raises(InvalidInput, match="appeared while this job ran"):
-            claim.deliver(staged, "{}")
+            claim.deliver(staged, lambda: "{}")
     assert output.read_bytes() == b"written by another program"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.png"]
 
