@@ -15,11 +15,11 @@ from PIL import Image
 from engine import demo, media
 from engine.types import Frame
 
-WIDTH, HEIGHT, FPS, COUNT = 480, 240, 20, 80
+WIDTH, HEIGHT, FPS, COUNT = 480, 240, 25, 100  # 4 s at a common video rate
 PATCH = 150  # px, the side of each portrait's square crop
 # Frames on which the astronaut is out of the picture (one second).
-AWAY = range(40, 60)
-CROSSING = 30  # frames the walk across takes
+AWAY = range(50, 75)
+CROSSING = 38  # frames the walk across takes
 # Patch tops (px): the two walk at slightly different heights, so one passes in front of the other.
 TOP = {"astronaut": 30, "hopper": 70}
 NAMES = ("astronaut", "hopper")
@@ -34,7 +34,7 @@ def portraits() -> dict[str, Frame]:
 
 def left(name: str, i: int) -> float | None:
     """The patch's left edge (px) on frame `i`, None while out of the picture. They cross in the first CROSSING
-    frames (10 px a frame), then stand still; the astronaut is away for AWAY."""
+    frames (8 px a frame), then stand still; the astronaut is away for AWAY."""
     t = min(i, CROSSING) / CROSSING
     if name == "hopper":
         return 320.0 - 300.0 * t

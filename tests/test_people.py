@@ -66,9 +66,11 @@ def test_scan_and_a_mapped_render_put_each_persons_own_source_on_them(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     sheet = tmp_path / "people.png"
-    started = time.perf_counter()
+    # Compared in CPU seconds of this process (the analyser's work; ffmpeg's decoding and encoding are children
+    # and not counted, for either): on a shared machine a wall-clock ratio measures the neighbours' load as well.
+    started = time.process_time()
     assert cli.main(["faces", "scan", "--target", str(clip.path), "--json", "--sheet", str(sheet)]) == 0
-    scan_seconds = time.perf_counter() - started
+    scan_seconds = time.process_time() - started
     found = json.loads(capsys.readouterr().out)
     assert [p["person"] for p in found["people"]] == [0, 1]
     astronaut, hopper = found["people"]
@@ -82,9 +84,9 @@ def test_scan_and_a_mapped_render_put_each_persons_own_source_on_them(
     out = tmp_path / "mapped.mp4"
     args = ["run", "--target", str(clip.path), "--output", str(out), *_map_args(photos), "--processors"]
     args += ["face_swapper", "--set", "faces.redetect_every=1", "--yes"]
-    started = time.perf_counter()
+    started = time.process_time()
     assert cli.main(args) == 0
-    render_seconds = time.perf_counter() - started
+    render_seconds = time.process_time() - started
     assert scan_seconds < render_seconds / 10, (scan_seconds, render_seconds)
 
     own = {n: analyser.embed(im, analyser.detect(im)[:1])[0].embedding for n, im in _photos(photos).items()}
@@ -100,12 +102,13 @@ def test_scan_and_a_mapped_render_put_each_persons_own_source_on_them(
             assert mine < theirs, f"frame {i}, {person}: {mine:.2f} to their source, {theirs:.2f} to the other"
             checked += 1
     visible = sum(1 for i in range(pk.COUNT) for n in pk.NAMES if pk.left(n, i) is not None)
-    assert checked >= visible - 12  # every face the detector finds; the astronaut is hidden while they overlap
+    # Every face the detector finds: the astronaut is hidden for about half a second while they overlap.
+    assert checked >= visible - round(0.6 * pk.FPS)
 
     sidecar = json.loads(Path(f"{out}.job.json").read_text())
     # Identity QA measured each face against its own person's source: both moved towards theirs.
     qa = sidecar["faces"]["identity"]
-    assert qa["faces_checked"] >= visible - 12 and qa["flagged_frames"] == []
+    assert qa["faces_checked"] >= visible - round(0.6 * pk.FPS) and qa["flagged_frames"] == []
     assert qa["mean_distance_after"] < qa["mean_distance_before"] - 0.1
     people = sidecar["faces"]["people"]
     assert [(p["person"], p["thumbnail"], p["sources"]) for p in people] == [
@@ -138,7 +141,7 @@ def test_crossing_faces_keep_their_numbers_and_the_returning_one_hers(clip: pk.C
             assert "astronaut" not in numbers, f"frame {i}: the astronaut is away"
         both += len(numbers) == 2
     # Both are found before the crossing, after it, and after the astronaut's return.
-    assert both >= pk.COUNT - len(pk.AWAY) - 14
+    assert both >= pk.COUNT - len(pk.AWAY) - round(0.7 * pk.FPS)
 
 
 def test_unmapped_people_are_bit_identical_to_the_input(
@@ -170,7 +173,7 @@ def test_unmapped_people_are_bit_identical_to_the_input(
             assert np.array_equal(out[patch], frame[patch]), f"frame {ctx.index}: the astronaut changed"
             apart += 1
         changed += int(np.abs(out.astype(int) - frame).max() > 8)
-    assert apart >= 40  # the astronaut untouched on every frame where she is clear of Hopper
+    assert apart >= 2 * pk.FPS  # the astronaut untouched on every frame where she is clear of Hopper
     assert changed == pk.COUNT  # Hopper is swapped on every frame
 
 
