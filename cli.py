@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine import consent
 from engine.errors import ConsentRequired, FacestudioError, InvalidJob
-from engine.job import Job, Preset, apply_overrides, load_preset_raw, preset_schema
+from engine.job import Job, Preset, RuntimeSettings, apply_overrides, load_preset_raw, preset_schema
 from engine.models.manifest import EXPORTS_FILE
 from engine.processor import FrameProcessor
 from engine.progress import for_terminal
@@ -146,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     mexport.add_argument("--to", choices=["onnx"], required=True, help="the format to export to")
     mexport.add_argument("--fp16", action="store_true", help="compute in float16 (inputs and outputs stay float32)")
     mexport.add_argument("--offline", action="store_true", help="never download the weights to export")
+    mquant = msub.add_parser(
+        "quantize", help="make an int8 graph of a model for CPU jobs at runtime.precision=int8, quality-checked"
+    )
+    mquant.add_argument("ids", nargs=1, metavar="ID")
+    mquant.add_argument(
+        "--calibration", type=Path, metavar="DIR", help="images to calibrate on (default: the embedded demo media)"
+    )
+    mquant.add_argument("--offline", action="store_true", help="never download the model's file")
 
     bench = sub.add_parser("benchmark", help="measure a chain on generated media: latency, fps, overhead, memory")
     bench.add_argument("--processors", nargs="+", metavar="ID", help="chain to measure (default: frame_enhancer)")
@@ -156,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--resolution", default="360p", help="180p, 360p, 720p or 1080p")
     bench.add_argument("--frames", type=int, default=60, help="length of the generated clip")
     bench.add_argument("--batch", type=_batch, help="frames per processor call: auto or N (default: the preset's)")
+    bench.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="runtime.precision of the run; int8 also measures each int8 graph against its fp32 graph",
+    )
     bench.add_argument("--json", type=Path, help="write the result as JSON here")
     bench.add_argument("--plot", type=Path, help="write a PNG plot here")
 
@@ -174,6 +187,33 @@ def build_parser() -> argparse.ArgumentParser:
         default=24.0,
         help="how long a session's results and history are kept after its last request (default 24)",
     )
+
+    live = sub.add_parser("live", help="swap faces on a local camera as it films: a window, a virtual camera, a file")
+    live.add_argument("--camera", required=True, metavar="N|FILE", help="camera number (0: the first) or a video file")
+    live.add_argument("--source", type=Path, action="append", default=[], help="source face image (repeatable)")
+    live.add_argument("--processors", nargs="+", metavar="ID", help=f"chain, in order: {', '.join(registry())}")
+    live.add_argument("--preset", help="preset name (presets/NAME.toml) or TOML file; default: 'default'")
+    live.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE", help="override one setting")
+    live.add_argument("--backend", choices=["auto", "onnx", "torch"])
+    live.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    live.add_argument("--offline", action="store_true", help="never download models")
+    live.add_argument(
+        "--virtual-camera", action="store_true",
+        help="send the result to a virtual camera for video calls (needs pyvirtualcam: v4l2loopback on Linux, OBS "
+        "on Windows and macOS)",
+    )  # fmt: skip
+    live.add_argument("--no-window", action="store_true", help="do not show the result in a window")
+    live.add_argument("--sink", metavar="frames:FOLDER", help="also write every processed frame to FOLDER as PNG")
+    live.add_argument("--record", type=Path, metavar="FILE", help="record the result (.mp4, tagged synthetic)")
+    live.add_argument("--overwrite", action="store_true", help="replace the --record file if it exists")
+    live.add_argument("--width", type=_positive, default=640, help="camera width to ask for (default 640)")
+    live.add_argument("--height", type=_positive, default=480, help="camera height to ask for (default 480)")
+    live.add_argument("--fps", type=_positive, default=30, help="camera frame rate to ask for (default 30)")
+    live.add_argument("--loop", action="store_true", help="play a video file camera over and over")
+    live.add_argument("--seconds", type=float, help="stop after this many seconds (default: Ctrl-C stops)")
+    live.add_argument("--frames", type=_positive, help="stop after this many processed frames")
+    live.add_argument("--yes", action="store_true", help="acknowledge the responsible-use notice for this run")
+    live.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     presets = sub.add_parser("presets", help="list, check and describe presets")
     psub = presets.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -212,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ui": cmd_ui,
             "benchmark": cmd_benchmark,
             "doctor": cmd_doctor,
+            "live": cmd_live,
             "verify": cmd_verify,
         }[args.command]
         return handler(args)
@@ -443,6 +484,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         return _models_verify(catalogue, ids)
     if args.action == "export":
         return _models_export(catalogue, ids[0], fp16=args.fp16, offline=args.offline)
+    if args.action == "quantize":
+        return _models_quantize(ids[0], args.calibration, offline=args.offline)
     if getattr(args, "preset", None):
         preset = Preset.parse(load_preset_raw(args.preset), registry())
         for path in catalogue.ensure_preset(preset, _download_progress, _say):
@@ -522,6 +565,25 @@ def _models_export(catalogue: Any, model_id: str, *, fp16: bool, offline: bool) 
     return 0
 
 
+def _models_quantize(model_id: str, calibration: Path | None, *, offline: bool) -> int:
+    """Quantise `model_id` to int8 in the models folder; prints the gate's PSNR and both graphs' times."""
+    from engine.models import quantize
+
+    runtime = service().runtime(RuntimeSettings(offline=offline), _download_progress)
+    _say(f"licence: {runtime.manifest.get(model_id).licence_line()}")
+    frames = quantize.folder_calibration(calibration) if calibration else quantize.demo_calibration()
+    _say(f"calibrating {model_id} on {frames.source} (a minute or more on a CPU) …")
+    made = quantize.quantize(runtime, model_id, frames)
+    print(
+        f"quantised {model_id} → {made.path}: {made.psnr_db:.1f} dB PSNR against fp32 on the worst of "
+        f"{made.checked_on} held-out inputs (gate {made.threshold_db:g} dB); {made.int8_ms:.0f} ms int8 vs "
+        f"{made.fp32_ms:.0f} ms fp32 per input here (×{made.int8_ms / made.fp32_ms:.2f}); calibrated on "
+        f"{made.calibrated_on} inputs from {made.calibration}"
+    )
+    print("jobs with --set runtime.precision=int8 on the CPU now run it")
+    return 0
+
+
 # -- benchmark ------------------------------------------------------------------------------------------------
 def cmd_benchmark(args: argparse.Namespace) -> int:
     from engine import benchmark
@@ -532,7 +594,12 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         raw["processors"] = list(args.processors or ["frame_enhancer"])
     raw = apply_overrides(raw, args.set, registry())
     runtime = dict(raw.get("runtime", {}))
-    for key, value in (("backend", args.backend), ("device", args.device), ("batch", args.batch)):
+    for key, value in (
+        ("backend", args.backend),
+        ("device", args.device),
+        ("batch", args.batch),
+        ("precision", args.precision),
+    ):
         if value is not None:
             runtime[key] = value
     raw["runtime"] = runtime
@@ -578,6 +645,81 @@ def cmd_ui(args: argparse.Namespace) -> int:
     print(f"facestudio UI on http://{settings.host}:{settings.port} (Ctrl-C stops it)", file=sys.stderr)
     launch(settings)
     return 0
+
+
+# -- live -----------------------------------------------------------------------------------------------------
+def cmd_live(args: argparse.Namespace) -> int:
+    """A local camera through the chain in real time, into a window, a virtual camera, a folder and/or a file;
+    Ctrl-C (or closing the window) stops it and finishes the recording."""
+    import threading
+
+    from engine.live import devices
+    from engine.live.local import run_camera
+    from engine.live.record import Recorder
+    from engine.service import LIVE_OUTPUT, LIVE_TARGET, Service
+
+    if args.sink is not None and not args.sink.startswith("frames:"):
+        raise UsageError(f"--sink takes frames:FOLDER, got {args.sink!r}")
+    if args.seconds is not None and not args.seconds > 0:
+        raise UsageError(f"--seconds must be above 0, got {args.seconds:g}")
+    if args.record is not None and args.record.exists() and not args.overwrite:
+        raise UsageError(f"{args.record} already exists; add --overwrite to replace it")
+    args.job, args.target, args.output = None, LIVE_TARGET, LIVE_OUTPUT
+    job = job_from_args(args)
+    raw = {k: v for k, v in job.to_raw().items() if k not in ("target", "output", "sources")}
+    for setting in job.ignored_settings():
+        print(f"note: {setting} is ignored with these settings", file=sys.stderr)
+    require_consent(args.yes)
+    camera = devices.open_camera(args.camera, args.width, args.height, args.fps, loop=args.loop)
+    stop = threading.Event()
+    sinks: list[Any] = []
+    try:
+        service = Service(registry())
+        with service.model_lock:
+            renderer = service.live_renderer(raw, job.sources, fps=camera.fps)
+        if not args.no_window:
+            sinks.append(devices.WindowSink(f"facestudio live — {camera.name}", closed=stop))
+        if args.virtual_camera:
+            virtual = devices.VirtualCameraSink(camera.fps)
+            virtual.open(camera.width, camera.height)  # a missing driver is said now, before the stream starts
+            print(f"virtual camera: {virtual.name}", file=sys.stderr)
+            sinks.append(virtual)
+        if args.sink is not None:
+            sinks.append(devices.FolderSink(Path(args.sink.removeprefix("frames:"))))
+        recorder = None
+        if args.record is not None:
+            processors = {p.id: p.describe() for p in renderer.chain}
+            recorder = Recorder(args.record, camera.fps, job, camera.name, processors)
+    except BaseException:
+        camera.close()
+        for sink in sinks:
+            sink.close()
+        raise
+    print(f"live: {camera.name} at {camera.width}×{camera.height}, {camera.fps:g} fps → {', '.join(job.processors)}"
+          " (Ctrl-C stops)", file=sys.stderr)  # fmt: skip
+    # Ctrl-C and SIGTERM end the stream normally (the recording is kept), not as a cancelled job.
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = run_camera(camera, renderer, service.model_lock, sinks, recorder=recorder, stop=stop,
+                             seconds=args.seconds, frames=args.frames, on_figures=_live_figures)  # fmt: skip
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    print(summary.line())
+    if summary.recording is not None:
+        rec = summary.recording
+        print(f"recorded: {rec.frames} frames ({rec.seconds:.1f} s), {'with' if rec.audio else 'no'} audio → "
+              f"{rec.output} (+ {rec.sidecar.name})")  # fmt: skip
+    return 0
+
+
+def _live_figures(figures: Any) -> None:
+    """The stream's figures on one line of a terminal, rewritten every second."""
+    if sys.stderr.isatty():
+        print(f"\r{figures.fps:5.1f} fps, processing {figures.processing_ms:4.0f} ms, arrival → out "
+              f"{figures.latency_ms:4.0f} ms, {figures.dropped:4.0%} dropped  ", end="", file=sys.stderr)  # fmt: skip
 
 
 # -- presets --------------------------------------------------------------------------------------------------

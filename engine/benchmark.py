@@ -9,7 +9,11 @@ benchmark measures:
 3. the pure-inference floor: face analysis, the processors' model calls and identity QA alone, same batches, as
    fps; and
    `overhead_ratio` = floor fps / end-to-end fps (1.0: the run costs exactly its model work);
-4. `tile_waste`: pixels the chain's models compute per frame pixel (1.0 = none computed twice).
+4. `tile_waste`: pixels the chain's models compute per frame pixel (1.0 = none computed twice);
+5. at `runtime.precision = int8` (`--precision int8`), for every model the run ran as an int8 graph: that graph
+   and its float32 graph on the same frames (a frame enhancer takes them whole, a face model their faces'
+   crops), interleaved: the median time per call of each and the worst PSNR of the int8 output against the
+   float32 one (as `models quantize` gates it).
 
 The result is a JSON-ready dict (schema: `RESULT_KEYS`, stages as `STAGE_KEYS`), a terminal table and a plot.
 """
@@ -55,8 +59,13 @@ RESULT_KEYS = (
     "batch1_floor_fps",
     "batch_speedup",
     "setup_model_ms",
+    "precision",
+    "int8",
 )
 STAGE_KEYS = ("name", "p50_ms", "p95_ms")
+INT8_KEYS = ("model", "per", "calls", "fp32_ms", "int8_ms", "ratio", "psnr_db", "gate_db")
+# int8 against fp32: this many of the clip's frames (spread over it) go through both graphs of each model.
+PRECISION_SAMPLE = 6
 # Stages are timed alone on at most this many frames: enough for stable percentiles, little memory.
 STAGE_SAMPLE = 48
 
@@ -150,6 +159,7 @@ def run(
         rss = peak_rss_mb()
 
         stages, floor_seconds, sample, single_seconds, setup = _stages(job, chain, runtime, info, tmp, report.batch)
+        int8_rows = precision_rows(runtime, target, info) if job.runtime.precision == "int8" else []
     fps = report.frames / wall
     # The floor of the whole run: the per-frame model work, for the run's frames, plus the job's one-off model work
     # (the source face's analysis), which the run's wall time includes too.
@@ -175,7 +185,44 @@ def run(
         "batch1_floor_fps": round(single_fps, 3),
         "batch_speedup": round(floor_fps / single_fps, 3),
         "setup_model_ms": round(setup * 1000, 3),
+        "precision": job.runtime.precision,
+        "int8": int8_rows,
     }
+
+
+def precision_rows(runtime: Runtime, target: Path, info: Any) -> list[dict[str, Any]]:
+    """For each model `runtime` loaded as an int8 graph: its int8 and float32 graphs on PRECISION_SAMPLE frames of
+    `target` (see the module docstring), one row each (INT8_KEYS; times in ms per call, PSNR in dB)."""
+    from engine.models import quantize
+    from engine.models.signature import read_signature
+
+    step = max(1, info.frame_count // PRECISION_SAMPLE) if info.frame_count else 1
+    with media.FrameReader(target, info) as reader:
+        frames = [f for i, f in enumerate(reader) if i % step == 0][:PRECISION_SAMPLE]
+    rows = []
+    for loaded in runtime.loaded():
+        if loaded.quantized is None:
+            continue
+        spec = loaded.spec
+        fp32 = runtime.onnx_graph(spec, loaded.file)
+        names = [t.name for t in read_signature(fp32)[0]]
+        inputs = quantize.inputs_for(spec, names, whole_frames=True)(frames)
+        if not inputs:
+            continue
+        psnr, fp32_ms, int8_ms = quantize.gate(spec, fp32, loaded.quantized, inputs, threads=runtime.settings.threads)
+        rows.append(
+            {
+                "model": spec.id,
+                "per": "frame" if spec.task in ("frame_enhancer", "face_detector") else "face",
+                "calls": len(inputs),
+                "fp32_ms": fp32_ms,
+                "int8_ms": int8_ms,
+                "ratio": round(int8_ms / fp32_ms, 3),
+                "psnr_db": round(psnr, 2),
+                "gate_db": quantize.GATE_DB[spec.task],
+            }
+        )
+    return rows
 
 
 def _warm_context(job: Job, chain: Sequence[FrameProcessor], runtime: Runtime, info: Any, frame: Frame) -> FrameContext:
@@ -276,6 +323,16 @@ def table(result: dict[str, Any]) -> str:
         f"({result['batch1_floor_fps']:.2f} fps one at a time)",
         f"tile waste {result['tile_waste']:.3f}; peak RSS {result['peak_rss_mb']:.0f} MiB; peak GPU {gpu}",
     ]
+    if result["int8"]:
+        lines += [
+            "int8 against fp32, same inputs, interleaved:",
+            f"{'model':<26}{'per':>6}{'fp32 ms':>10}{'int8 ms':>10}{'ratio':>8}{'PSNR dB':>10}{'gate':>7}",
+        ]
+        lines += [
+            f"{r['model']:<26}{r['per']:>6}{r['fp32_ms']:>10.1f}{r['int8_ms']:>10.1f}{r['ratio']:>8.3f}"
+            f"{r['psnr_db']:>10.1f}{r['gate_db']:>7.0f}"
+            for r in result["int8"]
+        ]
     return "\n".join(lines)
 
 

@@ -75,8 +75,8 @@ OPTIONAL = {
     "spandrel": ("the PyTorch backend", "pip install spandrel"),
 }
 
-ENCODERS = ("libx264", "libx265", "h264_nvenc", "hevc_nvenc")
-HARDWARE_ENCODERS = frozenset({"h264_nvenc", "hevc_nvenc"})
+ENCODERS = ("libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc")
+HARDWARE_ENCODERS = frozenset({"h264_nvenc", "hevc_nvenc", "av1_nvenc"})
 DEFAULT_ENCODER = "libx264"
 
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -179,32 +179,29 @@ def _tool_version(executable: str) -> str | None:
 
 
 def encoder_works(ffmpeg: str, encoder: str) -> tuple[bool, str | None]:
-    """Whether `encoder` encodes one frame here; with ffmpeg's first error line when it does not."""
-    from engine import ffmpeg_commands
+    """Whether `encoder` encodes one frame here; with ffmpeg's first error line when it does not. The same proof
+    `video.encoder=auto` takes NVENC on (`engine.media.encoder_works`)."""
+    from engine import media
 
-    try:
-        done = subprocess.run(ffmpeg_commands.encoder_test_args(ffmpeg, encoder), capture_output=True, text=True,
-                              errors="replace", timeout=TOOL_TIMEOUT, check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, str(exc)
-    if done.returncode == 0:
-        return True, None
-    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-    return False, lines[0] if lines else f"exit status {done.returncode}"
+    return media.encoder_works(encoder, ffmpeg)
 
 
 def check_ffmpeg() -> Result:
-    """The ffmpeg and ffprobe in use, their versions, and the encoders that matter.
+    """The ffmpeg and ffprobe in use, their versions, the encoders that matter, NVDEC, and what
+    `video.encoder=auto` takes here.
 
     Encoders: `built` says ffmpeg lists it; `works` is the result of encoding one frame for the hardware encoders
-    (NVENC) when a GPU is visible, None when not tried. facestudio writes libx264 (default) or libx265.
+    (NVENC) when a GPU is visible, None when not tried. `nvdec`: `{works, error}`, ffmpeg's CUDA device tried
+    (`-hwaccel cuda` decodes there) when a GPU is visible (works None when not tried). `auto_encoder`: the
+    encoder `auto` picks for 1080p output, and `auto_note`, the note a run then gives (None when it takes NVENC).
     """
     from engine import media
 
     try:
         ffmpeg = media.find_ffmpeg()
     except FacestudioError as exc:
-        data = {"ffmpeg": None, "ffmpeg_version": None, "ffprobe": None, "ffprobe_version": None, "encoders": []}
+        data = {"ffmpeg": None, "ffmpeg_version": None, "ffprobe": None, "ffprobe_version": None, "encoders": [],
+                "nvdec": {"works": None, "error": None}, "auto_encoder": None, "auto_note": None}  # fmt: skip
         fix = "install FFmpeg 5.1 or newer (e.g. apt install ffmpeg), or pip install imageio-ffmpeg"
         return data, [Problem("ffmpeg", "error", str(exc), fix)]
     ffprobe = media.find_ffprobe(ffmpeg)
@@ -215,14 +212,33 @@ def check_ffmpeg() -> Result:
         if name in built and name in HARDWARE_ENCODERS and gpu_visible():
             works, error = encoder_works(ffmpeg, name)
         encoders.append({"name": name, "built": name in built, "works": works, "error": error})
+    nvdec: dict[str, Any] = {"works": None, "error": None}
+    if gpu_visible():
+        nvdec["works"], nvdec["error"] = media.hwaccel_works(ffmpeg)
+    auto, note = media.choose_encoder("auto", 1920, 1080, ffmpeg)
     data = {
         "ffmpeg": ffmpeg,
         "ffmpeg_version": _tool_version(ffmpeg),
         "ffprobe": ffprobe,
         "ffprobe_version": _tool_version(ffprobe) if ffprobe else None,
         "encoders": encoders,
+        "nvdec": nvdec,
+        "auto_encoder": auto,
+        "auto_note": note,
     }
     problems = []
+    nvenc_failed = [e for e in encoders if e["name"] == "h264_nvenc" and e["works"] is False]
+    if nvenc_failed:
+        problems.append(
+            Problem("ffmpeg", "warning", f"h264_nvenc is built but failed its test frame ({nvenc_failed[0]['error']}): "
+                    "video.encoder=auto encodes with libx264 on the CPU",
+                    "give the container the NVIDIA video capability (NVIDIA_DRIVER_CAPABILITIES=compute,video,utility)")
+        )  # fmt: skip
+    if nvdec["works"] is False:
+        problems.append(
+            Problem("ffmpeg", "warning", f"ffmpeg cannot open the CUDA device ({nvdec['error']}): videos are decoded "
+                    "on the CPU", "give the container the NVIDIA video capability, or use an ffmpeg built with CUDA")
+        )  # fmt: skip
     if DEFAULT_ENCODER not in built:
         problems.append(
             Problem("ffmpeg", "error", f"{ffmpeg} has no {DEFAULT_ENCODER} encoder",
@@ -615,6 +631,12 @@ def table(report: dict[str, Any]) -> str:
                 else {True: "works", False: f"fails: {enc['error']}", None: "built"}[enc["works"]]
             )
             rows.append((f"  {enc['name']}", state))
+        nvdec = ff["nvdec"]
+        rows.append(
+            ("  nvdec", {True: "works", False: f"fails: {nvdec['error']}", None: "not tried (no GPU)"}[nvdec["works"]])
+        )
+        if ff["auto_encoder"]:
+            rows.append(("  video.encoder=auto", ff["auto_encoder"]))
     ort_info = report["onnxruntime"]
     if ort_info:
         rows.append(("onnxruntime", ort_info["version"] or "not installed"))

@@ -51,13 +51,41 @@ AAC_BITRATE = "192k"
 
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
-# Video encoders a job can choose; libx265 takes the same crf scale and preset names as libx264.
-VIDEO_ENCODERS = ("libx264", "libx265")
+# NVIDIA's hardware encoders (NVENC): H.264, HEVC and (Ada and newer GPUs) AV1, fed the same yuv420p frames.
+NVENC_ENCODERS = ("h264_nvenc", "hevc_nvenc", "av1_nvenc")
+# Video encoders a job can name; libx265 takes the same crf scale and preset names as libx264, and NVENC gets both
+# mapped onto its own (`nvenc_quality_args`, NVENC_PRESETS).
+VIDEO_ENCODERS = ("libx264", "libx265", *NVENC_ENCODERS)
+# What `video.encoder` accepts: an encoder, or `auto` (NVENC where it is proven to work here, else libx264:
+# engine.media.encode.choose_encoder).
+ENCODER_CHOICES = ("auto", *VIDEO_ENCODERS)
+# What `auto` takes on a machine whose NVENC works, and otherwise.
+AUTO_HARDWARE, AUTO_SOFTWARE = "h264_nvenc", "libx264"
 # Lossless RGB H.264 for segments that are only an intermediate (of a GIF output): no colour conversion, no loss.
 INTERMEDIATE_ENCODER = "libx264rgb"
 # The largest width and height each encoder accepts: x264's 16384; x265 is bounded by the MP4/MOV headers'
-# 16-bit size fields; a GIF by its lossless x264 segments.
-MAX_SIDE: Mapping[str, int] = {"libx264": 16384, "libx264rgb": 16384, "libx265": 65535, "gif": 16384}
+# 16-bit size fields; NVENC by its hardware (4096 for H.264, 8192 for HEVC and AV1); a GIF by its lossless x264
+# segments.
+MAX_SIDE: Mapping[str, int] = {
+    "libx264": 16384, "libx264rgb": 16384, "libx265": 65535, "gif": 16384,
+    "h264_nvenc": 4096, "hevc_nvenc": 8192, "av1_nvenc": 8192,
+}  # fmt: skip
+# x264 preset → NVENC preset (p1 fastest … p7 best; FFmpeg's default is p4, which `medium` maps to).
+NVENC_PRESETS: Mapping[str, str] = {
+    "ultrafast": "p1", "superfast": "p1", "veryfast": "p2", "faster": "p3", "fast": "p3",
+    "medium": "p4", "slow": "p5", "slower": "p6", "veryslow": "p7",
+}  # fmt: skip
+# NVDEC (`-hwaccel cuda`): the codecs it decodes, with the largest side each takes, and the pixel formats (8- and
+# 10-bit 4:2:0; HEVC, VP9 and AV1 only for 10-bit). Anything else is decoded on the CPU.
+NVDEC_CODECS: Mapping[str, int] = {
+    "h264": 4096, "hevc": 8192, "av1": 8192, "vp9": 8192, "vp8": 4096, "mpeg2video": 4080, "vc1": 2048,
+}  # fmt: skip
+NVDEC_8BIT = frozenset({"yuv420p", "yuvj420p", "nv12"})
+NVDEC_10BIT = frozenset({"yuv420p10le", "p010le"})
+# Below this side NVDEC refuses some codecs; such small frames decode on a CPU in no time anyway.
+NVDEC_MIN_SIDE = 128
+# ffmpeg's messages when NVDEC cannot take a stream after all: it then decodes it on the CPU, frames intact.
+NVDEC_FALLBACK = re.compile(r"nvdec|cuvid|hwaccel|Hardware is lacking|Failed setup for format cuda", re.IGNORECASE)
 # libx265 refuses smaller frames ("Image size is too small").
 _X265_MIN_SIZE = 16
 
@@ -166,6 +194,7 @@ def decode_args(
     fps_rational: str | None = None,
     max_frames: int | None = None,
     major: int = 7,
+    hwaccel: bool = False,
 ) -> list[str]:
     """ffmpeg decoding the first video stream of `path` to raw rgb24 frames on stdout.
 
@@ -183,6 +212,9 @@ def decode_args(
     major: the FFmpeg major version. The raw frames are timed in the input's own time base (`-enc_time_base`,
         spelt `demux` from FFmpeg 7, `-1` before): in the default, 1 / the guessed frame rate, two frames of a
         variable-rate video can fall on one tick, which ffmpeg reports as an error.
+    hwaccel: decode on the GPU (NVDEC, `-hwaccel cuda`; only where `nvdec_allows` the stream and the machine's
+        CUDA device works): the decoded pictures come back to the host and are converted there as usual, so the
+        frames and their order are those of a CPU decode.
     """
     if start_pts < 0:
         raise ValueError(f"start_pts must be ≥ 0, got {start_pts}")
@@ -207,13 +239,32 @@ def decode_args(
         # round=up maps a frame to the first slot at or after its start, so a slot shows the frame on screen at
         # its time (sample and hold); start_time=0 puts slot 0 at the span's start.
         filters.append(f"fps=fps={fps_rational}:start_time=0:round=up")
-    args = [ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", file_url(path), "-map", "0:V:0"]
+    args = [ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error"]
+    if hwaccel:
+        args += ["-hwaccel", "cuda"]
+    args += ["-i", file_url(path), "-map", "0:V:0"]
     if filters:
         args += ["-vf", ",".join(filters)]
     args += ["-fps_mode", "passthrough", "-enc_time_base", "demux" if major >= 7 else "-1"]
     if max_frames is not None:
         args += ["-frames:v", str(max_frames)]
     return [*args, "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
+
+
+def nvdec_allows(codec: str | None, pix_fmt: str, width: int, height: int) -> bool:
+    """Whether NVDEC decodes a video stream of ffmpeg codec `codec`, pixel format `pix_fmt` and width × height
+    pixels (the codecs, formats and sizes of NVDEC_CODECS, NVDEC_8BIT and NVDEC_10BIT)."""
+    if codec not in NVDEC_CODECS or min(width, height) < NVDEC_MIN_SIDE or max(width, height) > NVDEC_CODECS[codec]:
+        return False
+    return pix_fmt in NVDEC_8BIT or (pix_fmt in NVDEC_10BIT and codec in ("hevc", "vp9", "av1"))
+
+
+def hwaccel_test_args(ffmpeg: str) -> list[str]:
+    """ffmpeg opening a CUDA device and moving one frame onto it and back: exit status 0 when `-hwaccel cuda` can
+    work here (libcuda loads and the GPU answers)."""
+    return [ffmpeg, "-nostdin", "-hide_banner", "-v", "error", "-init_hw_device", "cuda=gpu", "-filter_hw_device",
+            "gpu", "-f", "lavfi", "-i", "color=c=black:s=256x256:r=25", "-frames:v", "1",
+            "-vf", "format=nv12,hwupload,hwdownload,format=nv12", "-f", "null", "-"]  # fmt: skip
 
 
 def muxer_for(output: Path) -> str:
@@ -224,6 +275,12 @@ def muxer_for(output: Path) -> str:
             f"cannot write video to {output}: the extension must be one of {', '.join(MUXERS)} (H.264/HEVC output)"
         )
     return muxer
+
+
+def check_container(output: Path, encoder: str) -> None:
+    """InvalidInput when `output`'s container cannot hold what `encoder` makes (AV1: MP4 or MKV, not MOV)."""
+    if encoder == "av1_nvenc" and muxer_for(output) == "mov":
+        raise InvalidInput(f"cannot write AV1 to {output.name}: MOV cannot hold AV1; use .mp4 or .mkv")
 
 
 def seconds_arg(seconds: float | Fraction) -> str:
@@ -257,16 +314,40 @@ def metadata_args(muxer: str, metadata: Mapping[str, str]) -> list[str]:
     return args
 
 
+def nvenc_quality_args(encoder: str, crf: int) -> list[str]:
+    """NVENC's constant-quality mode for a CRF (0–51): `-rc vbr -cq Q -b:v 0` (quality target, no bitrate cap).
+
+    H.264 and HEVC take the number as it is: NVENC's CQ is a QP-like scale like x264's CRF (at the same number it
+    spends somewhat more bits); AV1's scale runs 0–63, so the number is scaled by 63/51 (rounded, at least 1).
+    CQ 0 means "automatic" to NVENC, so CRF 0 (lossless) is the encoder's lossless tuning instead."""
+    if encoder not in NVENC_ENCODERS:
+        raise ValueError(f"{encoder} is not an NVENC encoder ({', '.join(NVENC_ENCODERS)})")
+    if not 0 <= crf <= 51:
+        raise ValueError(f"crf must be in 0–51, got {crf}")
+    if crf == 0:
+        return ["-tune", "lossless"]
+    cq = max(1, round(crf * 63 / 51)) if encoder == "av1_nvenc" else crf
+    return ["-rc", "vbr", "-cq", str(cq), "-b:v", "0"]
+
+
+def _hevc(encoder: str) -> bool:
+    return encoder in ("libx265", "hevc_nvenc")
+
+
 def video_codec_args(muxer: str, encoder: str, crf: int, preset: str) -> list[str]:
     """`-c:v` and its quality settings. libx265 logs only errors (its own info lines would otherwise fill stderr,
-    which is kept for error messages) and is tagged `hvc1` in MP4/MOV, the tag Apple players require for HEVC."""
+    which is kept for error messages); HEVC is tagged `hvc1` in MP4/MOV, the tag Apple players require. NVENC gets
+    the x264 preset as its own (NVENC_PRESETS) and the CRF as its constant quality (`nvenc_quality_args`)."""
     if encoder == INTERMEDIATE_ENCODER:
         return ["-c:v", encoder, "-preset", preset, "-qp", "0"]
-    args = ["-c:v", encoder, "-preset", preset, "-crf", str(crf)]
+    if encoder in NVENC_ENCODERS:
+        args = ["-c:v", encoder, "-preset", NVENC_PRESETS[preset], *nvenc_quality_args(encoder, crf)]
+    else:
+        args = ["-c:v", encoder, "-preset", preset, "-crf", str(crf)]
     if encoder == "libx265":
         args += ["-x265-params", "log-level=error"]
-        if muxer in ("mp4", "mov"):
-            args += ["-tag:v", "hvc1"]
+    if _hevc(encoder) and muxer in ("mp4", "mov"):
+        args += ["-tag:v", "hvc1"]
     return args
 
 
@@ -292,8 +373,9 @@ def encode_args(
     audio: the audio to mux (`Audio`; None for no audio), copied when the container can hold its codec and it
         needs no cut, else re-encoded to AAC.
     metadata: container tags (`metadata_args`).
-    crf: constant rate factor, 0–51 (lower is better; for x264 18 is visually lossless and 0 lossless).
-    preset: an x264/x265 preset, `ultrafast` … `veryslow`.
+    crf: constant rate factor, 0–51 (lower is better; for x264 18 is visually lossless and 0 lossless); NVENC's
+        constant quality from it (`nvenc_quality_args`).
+    preset: an x264/x265 preset, `ultrafast` … `veryslow` (NVENC: the matching p1–p7, NVENC_PRESETS).
     encoder: one of VIDEO_ENCODERS, or INTERMEDIATE_ENCODER.
 
     The RGB frames are converted to limited-range BT.709 YUV and tagged as such, the colour space players
@@ -413,8 +495,8 @@ def concat_args(
     """ffmpeg joining the segments a `concat_list` script names into `output`, video copied (not re-encoded),
     with the audio of `audio` muxed in once (as for `encode_args`).
 
-    metadata: container tags (`metadata_args`). encoder: the one the segments were made with; HEVC in MP4/MOV is
-    tagged `hvc1` again, since a stream copy does not carry the tag over.
+    metadata: container tags (`metadata_args`). encoder: the one the segments were made with; HEVC (libx265 or
+    hevc_nvenc) in MP4/MOV is tagged `hvc1` again, since a stream copy does not carry the tag over.
     """
     muxer = muxer_for(output)
     args = [
@@ -424,7 +506,7 @@ def concat_args(
         "-map", "0:v:0", *_audio_map_args(muxer, audio),
         "-c:v", "copy",
     ]  # fmt: skip
-    if encoder == "libx265" and muxer in ("mp4", "mov"):
+    if _hevc(encoder) and muxer in ("mp4", "mov"):
         args += ["-tag:v", "hvc1"]
     return [*args, *metadata_args(muxer, metadata), "-f", muxer, file_url(output)]
 

@@ -19,13 +19,13 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from engine.errors import InvalidJob
 from engine.faces.select import Order, Selector
-from engine.ffmpeg_commands import VIDEO_ENCODERS, X264_PRESETS
+from engine.ffmpeg_commands import ENCODER_CHOICES, X264_PRESETS
 from engine.home import home
 from engine.options import Shown, ignored
 from engine.processor import FrameProcessor, ProcessorOptions
@@ -42,7 +42,9 @@ class _Settings(BaseModel):
 class VideoSettings(_Settings):
     """How video output is encoded, which part of the target it covers and at what rate. Images ignore these.
 
-    crf: constant rate factor of either encoder (x264: 0 = lossless, 18 ≈ visually lossless).
+    encoder: `auto` is resolved once per job, before any work (`engine.media.choose_encoder`): the job that runs,
+        and its sidecar, name the encoder that was used.
+    crf: constant rate factor (x264: 0 = lossless, 18 ≈ visually lossless); NVENC's constant quality from it.
     fps: output frames per second (None = the target's rate, every frame kept).
     trim_start, trim_end: seconds from the target's first frame; the end is exclusive (None = to the end). The
         audio is cut to the same span.
@@ -50,15 +52,19 @@ class VideoSettings(_Settings):
         resumes from its last finished segment (`run --resume`); the output joins them without re-encoding.
     """
 
-    encoder: Literal[VIDEO_ENCODERS] = Field(  # type: ignore[valid-type]
-        default="libx264",
-        description="libx264: H.264, plays everywhere; libx265: HEVC, smaller at the same quality (tagged hvc1)",
+    encoder: Literal[ENCODER_CHOICES] = Field(  # type: ignore[valid-type]
+        default="auto",
+        description="auto: NVENC H.264 where it works here (doctor's test frame), else libx264, with a note; "
+        "libx264: H.264, plays everywhere; libx265: HEVC, smaller at the same quality (tagged hvc1); "
+        "h264_nvenc, hevc_nvenc, av1_nvenc: NVIDIA's GPU encoders (AV1: MP4 or MKV, Ada or newer)",
     )
     crf: Annotated[int, Shown(unit="CRF")] = Field(
-        default=18, ge=0, le=51, description="quality: lower is better and bigger (same scale for both)"
-    )
+        default=18, ge=0, le=51,
+        description="quality: lower is better and bigger (same scale for all; NVENC: its constant quality, AV1 ×63/51)",
+    )  # fmt: skip
     preset: Literal[X264_PRESETS] = Field(  # type: ignore[valid-type]
-        default="medium", description="encoder speed: slower presets make smaller files at the same quality"
+        default="medium",
+        description="encoder speed: slower presets make smaller files at the same quality (NVENC: p1 … p7)",
     )
     keep_audio: bool = Field(default=True, description="copy the target's first audio stream into the output")
     fps: Annotated[float | None, Shown(unit="fps")] = Field(
@@ -115,8 +121,10 @@ class RuntimeSettings(_Settings):
     tensorrt: Annotated[bool, Shown(unless={"device": ("cpu",), "backend": ("torch",)})] = Field(
         default=False, description="ONNX Runtime on CUDA: use TensorRT (engine cached)"
     )
-    fp16: Annotated[bool, Shown(unless={"device": ("cpu",)})] = Field(
-        default=True, description="half precision where the device supports it (CUDA only)"
+    precision: Literal["fp32", "fp16", "int8"] = Field(
+        default="fp16",
+        description="fp16: half precision on a GPU (the CPU computes in fp32); fp32: full precision everywhere; "
+        "int8: on the CPU, the quantised graphs `models quantize ID` makes (fp16 on a GPU)",
     )
     batch: Annotated[Annotated[int, Field(ge=1, le=256)] | Literal["auto"], Shown(suggest=("auto", 1, 2, 4, 8, 16))] = (
         Field(default="auto", description="frames per model call: auto (from free memory) or a number")
@@ -143,6 +151,25 @@ class RuntimeSettings(_Settings):
     content_threshold: Annotated[float, Shown(when={"content_check": ("warn", "refuse")}, advanced=True)] = Field(
         default=0.8, gt=0.0, le=1.0, description="score (0–1) at which the content check flags a frame"
     )
+
+    # Presets and sidecars written before `precision` say `fp16 = true|false`: read as precision fp16 / fp32.
+    LEGACY: ClassVar[Mapping[str, str]] = MappingProxyType({"fp16": "precision"})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_fp16(cls, values: Any) -> Any:
+        if not isinstance(values, Mapping) or "fp16" not in values:
+            return values
+        out = {k: v for k, v in values.items() if k != "fp16"}
+        if not isinstance(values["fp16"], bool):
+            raise ValueError(f"fp16 (older name of precision) takes true or false, got {values['fp16']!r}")
+        out.setdefault("precision", "fp16" if values["fp16"] else "fp32")
+        return out
+
+    @property
+    def fp16(self) -> bool:
+        """Whether half precision is asked for where it runs (a GPU)."""
+        return self.precision == "fp16"
 
 
 class PersonSources(_Settings):
@@ -207,7 +234,9 @@ class FacesSettings(_Settings):
         default=10, ge=1, le=1000, description="frames between full detections"
     )
     qa_every: Annotated[int, Shown(unit="frames", advanced=True)] = Field(
-        default=1, ge=0, description="identity QA on every Nth processed frame (0 = off)"
+        default=5,
+        ge=0,
+        description="identity QA on every Nth processed frame, and on every frame of a stretch it flags (0 = off)",
     )
 
     @field_validator("people")
@@ -318,7 +347,7 @@ def _validate(model: type[BaseModel], values: Any, prefix: str) -> Any:
     if not isinstance(values, Mapping):
         raise InvalidJob(f"{prefix} must be a table of settings, got {values!r}")
     for key in values:
-        if key not in model.model_fields:
+        if key not in model.model_fields and key not in _legacy(model):
             raise InvalidJob(f"unknown setting {prefix}.{key}; valid: {', '.join(model.model_fields)}")
     try:
         return model.model_validate(dict(values))
@@ -326,6 +355,12 @@ def _validate(model: type[BaseModel], values: Any, prefix: str) -> Any:
         err = exc.errors()[0]
         where = ".".join([prefix, *(str(p) for p in err["loc"])])
         raise InvalidJob(f"{where}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+def _legacy(model: type[BaseModel]) -> Mapping[str, str]:
+    """Older names a settings model still reads (old name → the field that replaced it)."""
+    legacy: Mapping[str, str] = getattr(model, "LEGACY", {})
+    return legacy
 
 
 def parse_value(text: str) -> Any:
@@ -350,7 +385,7 @@ def apply_overrides(raw: Mapping[str, Any], sets: Sequence[str], registry: Regis
             raise InvalidJob(f"--set takes GROUP.FIELD=VALUE (e.g. frame_enhancer.scale=2), got {item!r}")
         if group not in groups:
             raise InvalidJob(f"unknown settings group {group!r} in --set {item}; valid: {', '.join(groups)}")
-        if name not in groups[group].model_fields:
+        if name not in groups[group].model_fields and name not in _legacy(groups[group]):
             raise InvalidJob(f"unknown setting {group}.{name}; valid: {', '.join(groups[group].model_fields)}")
         out.setdefault(group, {})[name] = parse_value(value.strip())
     return out

@@ -64,7 +64,7 @@ def run(
     started = time.perf_counter()
     # The one choke point: every input and the output are checked before any frame is read or any model runs.
     checked = validate(job, chain, overwrite=overwrite)
-    info, span, size = checked.info, checked.span, checked.output_size
+    info, span, size, job = checked.info, checked.span, checked.output_size, checked.job
     # Before any output work: the signing key is checked, the content check runs (it may refuse the job) and the
     # inputs are hashed (the credentials' ingredients).
     sealing = seal.begin(job, chain, runtime, info, span, VERSION, signing)
@@ -86,7 +86,8 @@ def run(
                 written = video.join(staged)
                 return _deliver(claim, staged, job, info, span,
                                 lambda: _report(job, chain, info, size, started, written.frame_count,
-                                                written.has_audio, batch, faces, video.summary(), sealing))  # fmt: skip
+                                                written.has_audio, batch, faces, video.summary(), sealing,
+                                                checked.notes))  # fmt: skip
     except KeyboardInterrupt:
         raise Cancelled("cancelled by the user; nothing was written") from None
     finally:
@@ -144,6 +145,7 @@ def _report(
     faces: Faces | None,
     segmented: dict[str, object] | None,
     sealing: seal.Seal,
+    notes: tuple[str, ...] = (),
 ) -> RunReport:
     yuv = info.kind == "video" and job.output.suffix.lower() != GIF_SUFFIX
     return RunReport(
@@ -164,5 +166,5 @@ def _report(
         people=faces.stage.people_record() if faces else None,
         segments=segmented,
         provenance=sealing.describe(),
-        notes=(*sealing.notes(), *(note for p in chain for note in p.notes)),
+        notes=(*notes, *sealing.notes(), *(note for p in chain for note in p.notes)),
     )

@@ -3,7 +3,8 @@
 One `Service` per process holds the processor registry it was given (the engine never imports `processors/`),
 warm runtimes (models stay loaded between jobs), and small caches for single frames. It builds jobs and chains,
 runs jobs, renders single frames through the chain (previews; live streams keep their tracker through a
-`FrameRenderer`), finds faces; its `catalogue` (engine/catalogue.py) lists, fetches, verifies and exports models.
+`FrameRenderer` of their own, `live_renderer`), finds faces; its `catalogue` (engine/catalogue.py) lists, fetches,
+verifies and exports models.
 
 Not thread-safe for model work by itself: callers serialise model work (runs, previews, face finding) with
 `model_lock`, as the UI and the jobs API do, so one job at a time uses the GPU.
@@ -16,6 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,9 @@ from engine.types import Face, Frame
 Registry = Mapping[str, type[FrameProcessor]]
 # Decoded target frames and face-stage results kept for previews: a user moves between a handful of frames.
 _FRAMES_KEPT = 8
+# What a live job names as its target and output: a camera has no file (nothing reads or writes these paths).
+LIVE_TARGET = Path("camera")
+LIVE_OUTPUT = Path("live.mp4")
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,19 @@ class FrameRenderer:
             after = pipeline.process_frame(self.chain, frame, ctx)
             done = time.perf_counter()
         return Rendered(frame, after, detected, ctx.faces, (faces_done - started) * 1000, (done - faces_done) * 1000)
+
+
+def _camera_info(fps: float) -> tuple[video.MediaInfo, video.Span]:
+    """What the face stage needs to know of a camera stream: its rate (the frame size is checked per frame)."""
+    rate = video.output_rate(fps)
+    info = video.MediaInfo(
+        path=LIVE_TARGET, kind="video", width=640, height=480, frame_count=0, fps=float(rate),
+        fps_rational=f"{rate.numerator}/{rate.denominator}", duration=0.0, rotation=0, has_audio=False,
+        audio_codec=None, vfr=True, video_codec=None, pix_fmt="rgb24", format_name="camera",
+        time_base=Fraction(1, 90000), timestamps=(),
+    )  # fmt: skip
+    span = video.Span(Fraction(0), None, 0, None, rate, False, 0, 0, video.FrameTimes.constant(rate), 1 / rate)
+    return info, span
 
 
 def _check_pixels(target: Path, width: int, height: int, max_pixels: int) -> None:
@@ -247,6 +265,48 @@ class Service:
         renderer = self.renderer(raw, target, sources)
         frame = self.frame(target, index, renderer.job.runtime.max_pixels)
         return renderer.render(frame, index)
+
+    # -- live streams -------------------------------------------------------------------------------------------
+    def live_renderer(
+        self, raw: Mapping[str, Any], sources: Sequence[Path] = (), *, fps: float = 30.0
+    ) -> FrameRenderer:
+        """A FrameRenderer for a camera stream: no target file, a face stage of its own (never shared or cached:
+        its tracker follows one stream's faces, and two streams must not see each other's), rendering with
+        `render(frame, index, track=True)`. `fps`: the rate it will be given frames at (smoothing works in
+        seconds). The caller holds `model_lock` (models load here).
+
+        faces.selector = reference needs faces.reference_image: a camera has no frame to take the reference
+        from before it streams."""
+        job = self.job(raw, LIVE_TARGET, LIVE_OUTPUT, sources)
+        if job.faces.selector == "reference" and job.faces.reference_image is None:
+            raise InvalidInput(
+                "live: faces.selector=reference needs a reference image (a camera has no frame to take it from "
+                "yet): pick a face picture as the reference, or choose another selector"
+            )
+        runtime = self.runtime(job.runtime)
+        chain = self.chain(job, runtime)
+        info, span = _camera_info(fps)
+        return FrameRenderer(job, runtime, chain, face_stage(job, chain, runtime, info, span))
+
+    def live_update(
+        self, renderer: FrameRenderer, raw: Mapping[str, Any], sources: Sequence[Path] = (), *, fps: float = 30.0
+    ) -> FrameRenderer:
+        """The renderer a live stream goes on with after a settings change: `renderer` itself with the new chain
+        from its next frame (processor options only), or a new live renderer when the face settings, the sources
+        or which processors need faces changed (the source identity and tracker are rebuilt, for `fps` frames per
+        second). The caller holds `model_lock`."""
+        job = self.job(raw, LIVE_TARGET, LIVE_OUTPUT, sources)
+        runtime = self.runtime(job.runtime)
+        chain = self.chain(job, runtime)
+
+        def face_key(j: Job, c: Sequence[FrameProcessor]) -> tuple[Any, ...]:
+            return j.faces, j.runtime, j.sources, tuple(p.id for p in c if p.needs_faces or p.needs_source)
+
+        if face_key(job, chain) != face_key(renderer.job, renderer.chain):
+            return self.live_renderer(raw, sources, fps=fps)
+        renderer.update_chain(chain)
+        renderer.job = job
+        return renderer
 
     # -- faces --------------------------------------------------------------------------------------------------
     def analyser(self, settings: FacesSettings) -> FaceAnalyser:

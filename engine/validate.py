@@ -37,11 +37,15 @@ _TONEMAP = (
 @dataclass(frozen=True)
 class Checked:
     """What validation established about a job: the probed target, the span of it to read (the whole image for
-    an image), and the size in pixels (width, height) of the frames the chain will return."""
+    an image), the size in pixels (width, height) of the frames the chain will return, the job to run (`job`:
+    `video.encoder=auto` resolved to the encoder it stands for here) and what the run's summary should say about
+    such choices (`notes`)."""
 
     info: media.MediaInfo
     span: media.Span
     output_size: tuple[int, int]
+    job: Job
+    notes: tuple[str, ...] = ()
 
 
 def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = False) -> Checked:
@@ -60,12 +64,18 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
     size = output_size(chain, info.width, info.height)
     _check_pixels(job, size, "the output would be", "lower the upscale factor")
     _check_output(job, info, overwrite)
+    gif = job.output.suffix.lower() == cmd.GIF_SUFFIX
+    notes: tuple[str, ...] = ()
+    if info.kind == "video" and not gif:
+        encoder, note = media.choose_encoder(job.video.encoder, size[0] + size[0] % 2, size[1] + size[1] % 2)
+        notes = (note,) if note else ()
+        job = job.model_copy(update={"video": job.video.model_copy(update={"encoder": encoder})})
+        cmd.check_container(job.output, encoder)
     _check_format_limits(job, info, size)
     span = media.select(info, job.video.trim_start, job.video.trim_end, job.video.fps)
     if info.kind == "video":
-        gif = job.output.suffix.lower() == cmd.GIF_SUFFIX
         media.check_encoder(cmd.INTERMEDIATE_ENCODER if gif else job.video.encoder)
-    return Checked(info, span, size)
+    return Checked(info, span, size, job, notes)
 
 
 def output_size(chain: Sequence[FrameProcessor], width: int, height: int) -> tuple[int, int]:

@@ -16,10 +16,10 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from engine.faces import masker
-from engine.faces.align import estimate_affine, paste_back, transform_points, warp_face
+from engine.faces.align import estimate_affine, transform_points, warp_face
 from engine.faces.masker import Masker, MaskKinds, Regions
+from engine.models.executor import Executor, Frames, Images, executor_for
 from engine.models.runtime import LoadedModel, Runtime
-from engine.models.tensor import from_tensor, to_tensor
 from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Face, Frame, Mask
@@ -136,30 +136,26 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
 
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
         """Restore the faces of every frame (H×W×3 uint8 RGB); faces of all frames go through the model together,
-        and so do their masks."""
+        on the device the model runs on (`engine.models.executor`), and so do their masks (one call per chunk)."""
         jobs = [(i, face) for i, ctx in enumerate(ctxs) for face in ctx.faces]
-        out = list(frames)
+        if not jobs:
+            return list(frames)
+        executor = executor_for(self.runtime, self.loaded.session)
+        batch = executor.load(frames)
         step = self.loaded.spec.io.batch or self.options.batch
-        restored: list[tuple[np.ndarray, np.ndarray]] = []
         for start in range(0, len(jobs), step):
             chunk = jobs[start : start + step]
-            affines, crops = self._restore([frames[i] for i, _ in chunk], [face for _, face in chunk])
-            restored += zip(affines, crops, strict=True)
-        if not jobs:
-            return out
-        size = restored[0][1].shape[0]
-        # The masks are made on the faces as they are (the paste-back crop of the input), all in one call.
-        originals = np.stack(
-            [warp_face(frames[i], affine, size) for (i, _), (affine, _) in zip(jobs, restored, strict=True)]
-        )
-        points = [
-            None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
-            for (_, face), (affine, _) in zip(jobs, restored, strict=True)
-        ]
-        masks = self.masker(originals, points)
-        for (i, _), (affine, crop), mask in zip(jobs, restored, masks, strict=True):
-            out[i] = paste_back(out[i], crop, affine, mask * (self.options.blend / 100.0))
-        return out
+            affines, restored, size = self._restore(executor, batch, chunk)
+            placed = [(i, affine) for (i, _), affine in zip(chunk, affines, strict=True)]
+            # The masks are made on the faces as they are (the paste-back crop of the input), all in one call.
+            originals = executor.host(batch.cut(placed, size))
+            points = [
+                None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
+                for (_, face), affine in zip(chunk, affines, strict=True)
+            ]
+            masks = [mask * (self.options.blend / 100.0) for mask in self.masker(originals, points)]
+            batch.paste(placed, restored, masks)
+        return batch.result()
 
     def frame_masks(self, frame: Frame, faces: Sequence[Face]) -> list[Mask]:
         """Each face's paste-back mask on `frame` (H×W float32 in [0, 1]: how much of the restored face a pixel
@@ -185,28 +181,30 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
             return EMBEDDED_TEMPLATE, EMBEDDED_SIZE
         return self.loaded.spec.template or EMBEDDED_TEMPLATE, self.loaded.spec.input_size or EMBEDDED_SIZE
 
-    def _restore(self, frames: list[Frame], faces: list[Face]) -> tuple[list[np.ndarray], np.ndarray]:
-        """(affines mapping frame pixels to the model's aligned crops, restored N×S×S×3 uint8 RGB crops), S the
-        model's size on its template (the embedded model: 512 px on ffhq_512, restored from a 128 px crop)."""
+    def _restore(
+        self, executor: Executor, batch: Frames, chunk: list[tuple[int, Face]]
+    ) -> tuple[list[np.ndarray], Images, int]:
+        """(affines mapping frame pixels to the model's aligned crops, the restored crops, their size S): S×S×3
+        uint8 RGB crops where the executor keeps them, S the model's size on its template (the embedded model: 512
+        px on ffhq_512, restored from a 128 px crop)."""
         spec = self.loaded.spec
         embedded = self.model_id == EMBEDDED
         template, size = self._crop()
-        affines = [estimate_affine(face.landmarks5, template, size) for face in faces]
+        affines = [estimate_affine(face.landmarks5, template, size) for _, face in chunk]
         if embedded:
             # Restore from a 128 px crop: the ×4 model brings it to 512 px with detail it synthesises.
-            small = [estimate_affine(face.landmarks5, template, DETAIL_INPUT) for face in faces]
-            crops = np.stack([warp_face(f, m, DETAIL_INPUT) for f, m in zip(frames, small, strict=True)])
+            small = [estimate_affine(face.landmarks5, template, DETAIL_INPUT) for _, face in chunk]
+            crops = batch.cut([(i, m) for (i, _), m in zip(chunk, small, strict=True)], DETAIL_INPUT)
         else:
-            crops = np.stack([warp_face(f, m, size) for f, m in zip(frames, affines, strict=True)])
+            crops = batch.cut([(i, m) for (i, _), m in zip(chunk, affines, strict=True)], size)
         io = spec.io
         # A downloaded graph's inputs are checked by name; a converted or exported one is fed in its input order.
         names = (io.input, io.fidelity) if io.inputs else (*self.loaded.session.input_names, None)[:2]
-        inputs = {names[0]: to_tensor(crops, io)}
+        per_call = {}
         if io.fidelity is not None:
             # CodeFormer's weight: float32 in our exports, float64 in FaceFusion's (as the file declares).
-            inputs[names[1]] = np.array([self.options.fidelity], dtype=io.input_type(io.fidelity))
-        (result, *_) = self.loaded.session.run(inputs)
-        restored = from_tensor(result, io)
-        if restored.shape[1:3] != (size, size):
-            raise RuntimeError(f"{spec.id} returned {restored.shape[1:3]} crops, expected {size}×{size}")
-        return affines, restored
+            per_call[names[1]] = np.array([self.options.fidelity], dtype=io.input_type(io.fidelity))
+        restored = executor.infer(self.loaded.session, io, crops, name=names[0], per_call=per_call)
+        if tuple(restored.shape[1:3]) != (size, size):
+            raise RuntimeError(f"{spec.id} returned {tuple(restored.shape[1:3])} crops, expected {size}×{size}")
+        return affines, restored, size

@@ -18,13 +18,14 @@ from pydantic import Field, field_validator, model_validator
 
 from engine.errors import InvalidJob
 from engine.faces import colour, masker, swapper
-from engine.faces.align import estimate_affine, paste_back, transform_points, warp_face
+from engine.faces.align import estimate_affine, transform_points, warp_face
 from engine.faces.landmark_swap import LandmarkSwapOptions
 from engine.faces.landmark_swap import face_size as landmark_face_size
 from engine.faces.landmark_swap import swap as landmark_swap
 from engine.faces.masker import Masker, MaskKinds, Regions
 from engine.faces.masks import landmark_mask
 from engine.faces.stage import SourceIdentity
+from engine.models.executor import executor_for
 from engine.models.manifest import Manifest, ModelSpec
 from engine.models.runtime import LoadedModel, Runtime
 from engine.options import Shown
@@ -160,7 +161,8 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         runtime.ensure([m.id for m in runtime.manifest.chain(options.model)], options.backend)
         self.swapper = runtime.load(options.model, options.backend)
         swap = self.swapper.spec.swap
-        assert swap is not None
+        if swap is None or self.swapper.spec.io.source is None:
+            raise InvalidJob(f"{options.model}'s catalogue entry names no identity input, so it is not a face swapper")
         if swap.recogniser is not None:
             self.recogniser = runtime.load(swap.recogniser, options.backend)
         if swap.converter is not None:
@@ -308,24 +310,34 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         size = self.options.pixel_boost or spec.input_size
         k = size // spec.input_size
         affines = [estimate_affine(face.landmarks5, spec.template, size) for _, face, _ in jobs]
-        crops = np.stack([warp_face(frames[i], m, size) for (i, _, _), m in zip(jobs, affines, strict=True)])
-        # One identity row per crop; the k×k sub-crops of a boosted crop are grouped by offset (swapper.split).
-        identities = np.concatenate([self._identity(identity) for _, _, identity in jobs])
-        subs = swapper.swap(
-            self.swapper.session,
-            spec.io,
-            swapper.split(crops, k),
-            np.tile(identities, (k * k,) + (1,) * (identities.ndim - 1)),
-        )
-        swapped = swapper.weave(subs, k)
+        placed = [(i, affine) for (i, _, _), affine in zip(jobs, affines, strict=True)]
+        # On the device the swapper runs on, when it can take tensors there (engine.models.executor).
+        executor = executor_for(self.runtime, self.swapper.session)
+        batch = executor.load(frames)
+        crops = batch.cut(placed, size)
+        # The masks of every face of the batch in one call, on the faces as they are.
         points = [
             None if f.landmarks68 is None else transform_points(f.landmarks68, m)
             for (_, f, _), m in zip(jobs, affines, strict=True)
         ]
-        masks = self.masker(crops, points)
-        out = list(frames)
-        for (i, _, _), affine, crop, result, mask in zip(jobs, affines, crops, swapped, masks, strict=True):
+        masks = self.masker(executor.host(crops), points)
+        # One swapper call per identity: every face, or each mapped person's faces together.
+        groups: dict[int, list[int]] = {}
+        for n, (_, _, identity) in enumerate(jobs):
+            groups.setdefault(id(identity), []).append(n)
+        for members in groups.values():
+            group = [placed[n] for n in members]
+            cut = crops if len(groups) == 1 else batch.cut(group, size)
+            source = self._identity(jobs[members[0]][2])
+            subs = executor.infer(
+                self.swapper.session, spec.io, executor.split(cut, k), per_item={spec.io.source: source}
+            )
+            swapped = executor.weave(subs, k)
+            kept = [masks[n] for n in members]
             if self.options.colour != "none":
-                result = colour.transfer(result, crop, mask, self.options.colour)
-            out[i] = paste_back(out[i], result, affine, mask * (self.options.blend / 100.0))
-        return out
+                # Colour transfer runs on the host, on the crops alone (a few kilobytes each).
+                pairs = zip(executor.host(swapped), executor.host(cut), kept, strict=True)
+                matched = [colour.transfer(r, c, m, self.options.colour) for r, c, m in pairs]
+                swapped = executor.images(np.stack(matched))
+            batch.paste(group, swapped, [mask * (self.options.blend / 100.0) for mask in kept])
+        return batch.result()

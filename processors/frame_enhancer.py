@@ -14,9 +14,9 @@ from pydantic import Field, field_validator
 
 from engine.errors import InvalidJob, OutOfMemory
 from engine.memory import available_memory
+from engine.models.executor import executor_for
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
-from engine.models.tensor import from_tensor, to_tensor
 from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.types import Frame
@@ -210,7 +210,10 @@ class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
         h, w = frames[0].shape[:2]
         tiles = plan_tiles(w, h, self.tile_for(w, h), spec.tile_pad)
         s = self.native
-        results = [np.empty((h * s, w * s, 3), np.uint8) for _ in frames]
+        # On the device the model runs on, when it can take tensors there (engine.models.executor).
+        executor = executor_for(self.runtime, self.loaded.session)
+        source = executor.load(frames)
+        results = executor.blank(len(frames), w * s, h * s)
         # Windows of one size batch together (edge windows are smaller than inner ones).
         groups: dict[tuple[int, int], list[tuple[int, Tile]]] = {}
         for fi in range(len(frames)):
@@ -219,15 +222,16 @@ class FrameEnhancer(FrameProcessor[FrameEnhancerOptions]):
         for jobs in groups.values():
             for start in range(0, len(jobs), self.batch):
                 chunk = jobs[start : start + self.batch]
-                windows = np.stack([frames[fi][wy0:wy1, wx0:wx1] for fi, (wx0, wy0, wx1, wy1) in _windows(chunk)])
-                (y,) = self.loaded.session.run({self.loaded.session.input_names[0]: to_tensor(windows, spec.io)})[:1]
-                for (fi, t), up in zip(chunk, from_tensor(y, spec.io), strict=True):
+                windows = source.windows(_windows(chunk))
+                up = executor.infer(self.loaded.session, spec.io, windows, name=self.loaded.session.input_names[0])
+                placed = []
+                for fi, t in chunk:
                     x0, y0, x1, y1 = t.core
                     ox, oy = t.offset
-                    results[fi][y0 * s : y1 * s, x0 * s : x1 * s] = up[
-                        oy * s : (oy + y1 - y0) * s, ox * s : (ox + x1 - x0) * s
-                    ]
-        return results
+                    core = (ox * s, oy * s, (ox + x1 - x0) * s, (oy + y1 - y0) * s)
+                    placed.append((fi, (x0 * s, y0 * s, x1 * s, y1 * s), core))
+                results.place(placed, up)
+        return results.result()
 
     def _finish(self, frame: Frame, native: Frame) -> Frame:
         """Resize the native output to the requested scale and blend it over a plain bicubic resize."""

@@ -1,5 +1,6 @@
-"""Imports point one way: no module of the engine, the processors or the web UI imports, however indirectly, one that imports
-it back. Every import counts, the ones inside functions and under TYPE_CHECKING too (read from the source)."""
+"""Imports point one way: no module of the engine, the processors or the web UI imports, however indirectly, one
+that imports it back. Every import counts, the ones inside functions and under TYPE_CHECKING too (read from the
+source)."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def test_registry_rejects_duplicate_ids() -> None:
 
 def test_video_settings_defaults_overrides_and_round_trip() -> None:
     job = parse(BASE)
-    assert (job.video.encoder, job.video.fps, job.video.trim_start, job.video.trim_end) == ("libx264", None, 0.0, None)
+    assert (job.video.encoder, job.video.fps, job.video.trim_start, job.video.trim_end) == ("auto", None, 0.0, None)
     sets = ["video.encoder=libx265", "video.fps=12", "video.trim_start=0.5", "video.trim_end=1.5"]
     job = parse(apply_overrides(BASE, sets, REGISTRY))
     assert (job.video.encoder, job.video.fps, job.video.trim_start, job.video.trim_end) == ("libx265", 12.0, 0.5, 1.5)
@@ -145,7 +145,10 @@ def test_video_settings_defaults_overrides_and_round_trip() -> None:
         ({"fps": 0.5}, "video.fps: Input should be greater than or equal to 1"),
         ({"fps": 241}, "video.fps: Input should be less than or equal to 240"),
         ({"fps": float("nan")}, "video.fps: Input should be a finite number"),
-        ({"encoder": "libvpx-vp9"}, "video.encoder: Input should be 'libx264' or 'libx265'"),
+        (
+            {"encoder": "libvpx-vp9"},
+            "video.encoder: Input should be 'auto', 'libx264', 'libx265', 'h264_nvenc', 'hevc_nvenc' or 'av1_nvenc'",
+        ),
     ],
 )
 def test_invalid_video_settings_give_one_typed_line(video: dict, fragment: str) -> None:
@@ -160,4 +163,4 @@ def test_every_video_setting_is_described_for_the_ui() -> None:
     assert {name for name, field in video.items() if not field.get("description")} == set()
     assert video["fps"]["anyOf"][0] == {"type": "number", "minimum": 1.0, "maximum": 240.0}
     assert video["trim_start"]["minimum"] == 0.0
-    assert video["encoder"]["enum"] == ["libx264", "libx265"]
+    assert video["encoder"]["enum"] == ["auto", "libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc"]

@@ -77,17 +77,19 @@ def launch(settings: UISettings, studio: Studio | None = None, *, block: bool = 
     """Build and serve the app, with the probes, /metrics and the jobs API on the same port (webui/server.py).
     Sharing needs auth (checked by the CLI before this is called)."""
     studio = studio or Studio()
-    app = Page(studio).build()
+    page = Page(studio)
+    app = page.build()
     app.queue(max_size=settings.queue_size, default_concurrency_limit=1)
 
     jobs = api_jobs(studio, Path(tempfile.mkdtemp(prefix="facestudio-jobs-")), settings.queue_size)
     readiness = Readiness(studio.registry, settings.ready_preset, int(settings.min_free_gb * 1e9))
     routes = server.routes(jobs, readiness, auth=settings.auth, max_upload=parse_size(settings.max_file_size))
+    routes += page.live.routes(settings.auth)
     stop = threading.Event()
 
     def sweep() -> None:
         while not stop.wait(_SWEEP_SECONDS):
-            studio.expire(settings.keep_hours * 3600)
+            page.live.hub.forget(studio.expire(settings.keep_hours * 3600))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
@@ -100,6 +102,7 @@ def launch(settings: UISettings, studio: Studio | None = None, *, block: bool = 
         finally:
             stop.set()
             jobs.stop()
+            page.live.hub.close()
             studio.close()
 
     app.launch(

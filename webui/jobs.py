@@ -37,7 +37,7 @@ FINISHED: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
 # What a client's preset may set of the server's runtime: the rest (device, threads, compile, the frame size cap …)
 # is the server's to decide, since one job's choice could take the whole process (and every queued job) down.
-CLIENT_RUNTIME = frozenset({"backend", "batch", "fp16"})
+CLIENT_RUNTIME = frozenset({"backend", "batch", "precision", "fp16"})  # fp16: the older name of precision
 
 
 def check_client_settings(raw: dict[str, Any]) -> None:

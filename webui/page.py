@@ -39,6 +39,7 @@ from engine.service import Rendered
 from webui import cells
 from webui.cells import BACKEND, ENABLE, JOB_BACKEND, Settings
 from webui.jobs import parse_preset_text
+from webui.live import LiveTab
 from webui.people import PeoplePanel
 from webui.privacy import owner_from
 from webui.schedule import Place
@@ -173,6 +174,9 @@ class Page:
                     self._history(history_tab)
                 with gr.Tab("Models", id="models-tab") as models_tab:
                     self._models(models_tab)
+                with gr.Tab("Live", id="live-tab"):
+                    self.live = LiveTab(self)
+                    self.live.build()
             self._wire(app, runtime_made)
         return app
 

@@ -19,6 +19,7 @@ import subprocess
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +28,10 @@ import onnxruntime as ort  # after engine.backends, which turns ONNX Runtime's t
 from engine import metrics
 from engine.backends import Device, gpu_visible
 from engine.errors import BackendUnavailable, OutOfMemory
+from engine.memory import importable
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +178,7 @@ class OnnxSession:
             self._session = self._open(model, device, wanted, available, threads)
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.output_names = [o.name for o in self._session.get_outputs()]
+        self._device = device
         on_gpu = self.provider in (CUDA, TENSORRT)
         self._binding: _Binding | None = None
         if graphed or (io_binding if io_binding is not None else on_gpu):
@@ -206,6 +212,28 @@ class OnnxSession:
         """Whether calls replay a captured CUDA graph."""
         return self._binding is not None and self._binding.fixed
 
+    @property
+    def frames_device(self) -> str | None:
+        """ "cuda:N" when this session runs on the GPU and PyTorch can hold tensors there (then frames stay on the
+        device: `engine.backends.device`, fed through `run_device`); None otherwise."""
+        if self.provider not in (CUDA, TENSORRT) or not importable("torch"):
+            return None
+        import torch
+
+        return f"cuda:{self._device.index}" if torch.cuda.is_available() else None
+
+    def run_device(self, inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """`run` on torch tensors where this session runs (CUDA; the CPU provider takes CPU tensors): inputs are
+        bound in place through DLPack, outputs are allocated by ONNX Runtime on the same device and handed back as
+        tensors (copied once on the device, so they outlive the binding). Nothing crosses to the host."""
+        binding = self._binding or _Binding(self._session, "cpu", 0)
+        try:
+            return binding.run_device(inputs)
+        except Exception as exc:  # as `run`: ORT's allocator failure, in its words
+            if is_out_of_memory(exc):
+                raise OutOfMemory(f"{self.provider}: {exc}".splitlines()[0]) from exc
+            raise
+
     def run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
         """Run on float32 NCHW arrays keyed by input name; returns the outputs in graph order.
 
@@ -222,6 +250,7 @@ class OnnxSession:
 
 # float64: CodeFormer's `weight` in FaceFusion's export.
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
+_TORCH_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64"}
 
 
 class _Binding:
@@ -254,6 +283,37 @@ class _Binding:
     def run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
         with self.lock:
             return self._run(inputs)
+
+    def run_device(self, inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Inputs and outputs as torch tensors on this binding's device, exchanged through DLPack."""
+        import torch
+
+        types = {arg.name: getattr(torch, _TORCH_TYPES[arg.type]) for arg in self.session.get_inputs()}
+        # Contiguous, in the graph's element type; referenced here until the run is over (ORT only borrows them).
+        tensors = {name: x.to(types[name]).contiguous() for name, x in inputs.items()}
+        with self.lock:
+            if self.device == "cuda":
+                # The inputs were written on PyTorch's stream; ONNX Runtime reads them on its own.
+                torch.cuda.current_stream(tensors[next(iter(tensors))].device).synchronize()
+            if self.fixed:
+                for name, x in tensors.items():
+                    buffer = self.buffers[name]
+                    if tuple(x.shape) != tuple(buffer.shape()):
+                        raise ValueError(f"this graph takes {name} of shape {buffer.shape()}, got {list(x.shape)}")
+                    buffer.update_inplace(ort.OrtValue.from_dlpack(x))
+                self.session.run_with_iobinding(self.binding)
+                values = [self.buffers[o.name] for o in self.session.get_outputs()]
+            else:
+                binding = self.session.io_binding()
+                for name, x in tensors.items():
+                    binding.bind_ortvalue_input(name, ort.OrtValue.from_dlpack(x))
+                for arg in self.session.get_outputs():
+                    binding.bind_output(arg.name, self.device, self.index)
+                self.session.run_with_iobinding(binding)
+                binding.synchronize_outputs()
+                values = binding.get_outputs()
+            # A copy on the device: ORT owns (and the next run reuses) the memory its outputs live in.
+            return [torch.from_dlpack(value).clone() for value in values]
 
     def _run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
         if self.fixed:

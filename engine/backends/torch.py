@@ -216,13 +216,27 @@ class TorchSession:
         self.provider = f"torch:{self.device}"
         self.input_names = list(input_names)
 
+    @property
+    def frames_device(self) -> str | None:
+        """The device whose tensors `run_device` takes, when frames should stay there (CUDA); None on the CPU,
+        where the host executor is the faster one."""
+        return str(self.device) if self.device.type == "cuda" else None
+
     def run(self, inputs: Mapping[str, npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
         """Run on the float32 arrays under `inputs[name]` for each of `input_names`; returns every output as
         float32 (NCHW, contiguous), in the module's (graph) order."""
-        xs = [self._tensor(inputs[name]) for name in self.input_names]
+        xs = [torch.from_numpy(np.ascontiguousarray(inputs[name])) for name in self.input_names]
+        return [t.float().contiguous().cpu().numpy() for t in self._forward(xs)]
+
+    def run_device(self, inputs: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """`run` on tensors (any float type, on this session's device): the outputs stay where they are computed,
+        in the session's precision."""
+        return self._forward([inputs[name] for name in self.input_names])
+
+    def _forward(self, xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         try:
             with torch.inference_mode():
-                y = self.module(*xs)
+                y = self.module(*(self._tensor(x) for x in xs))
         except (torch.OutOfMemoryError, MemoryError) as exc:
             raise OutOfMemory(f"{self.provider}: {exc}".splitlines()[0]) from exc
         except RuntimeError as exc:  # the CPU allocator's failure is a plain RuntimeError
@@ -231,10 +245,10 @@ class TorchSession:
             raise OutOfMemory(f"{self.provider}: {exc}".splitlines()[0]) from exc
         outputs = y if isinstance(y, tuple | list) else (y,)
         # Some architectures also return auxiliary lists (GFPGAN: its intermediate RGB images): tensors only.
-        return [t.float().contiguous().cpu().numpy() for t in outputs if isinstance(t, torch.Tensor)]
+        return [t for t in outputs if isinstance(t, torch.Tensor)]
 
-    def _tensor(self, array: npt.NDArray[np.float32]) -> torch.Tensor:
-        x = torch.from_numpy(np.ascontiguousarray(array)).to(self.device, self.dtype, non_blocking=True)
+    def _tensor(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.device, self.dtype, non_blocking=True)
         if self.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         return x

@@ -98,17 +98,13 @@ def paste_back(frame: Frame, face_crop: Frame, affine: Affine, mask: Mask) -> Fr
     if face_crop.shape[:2] != (size, size) or mask.shape != (size, size):
         raise ValueError(f"face_crop must be square and mask its size, got {face_crop.shape} and {mask.shape}")
     height, width = frame.shape[:2]
-    inverse = cv2.invertAffineTransform(np.asarray(affine, dtype=np.float64))
-    corners = np.array([[0, 0, 1], [size, 0, 1], [0, size, 1], [size, size, 1]], dtype=np.float64) @ inverse.T
-    x1 = max(0, math.floor(corners[:, 0].min()))
-    y1 = max(0, math.floor(corners[:, 1].min()))
-    x2 = min(width, math.ceil(corners[:, 0].max()))
-    y2 = min(height, math.ceil(corners[:, 1].max()))
     out = frame.copy()
-    if x2 <= x1 or y2 <= y1:
+    rect = footprint(affine, size, width, height)
+    if rect is None:
         return out
+    x1, y1, x2, y2 = rect
     # The inverse transform, expressed relative to the sub-rectangle's top-left corner.
-    local = inverse.copy()
+    local = cv2.invertAffineTransform(np.asarray(affine, dtype=np.float64))
     local[:, 2] -= (x1, y1)
     region = (x2 - x1, y2 - y1)
     crop = cv2.warpAffine(face_crop, local, region, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
@@ -126,6 +122,19 @@ def paste_back(frame: Frame, face_crop: Frame, affine: Affine, mask: Mask) -> Fr
     blended = weight * crop.astype(np.float32) + (1.0 - weight) * under
     out[y1:y2, x1:x2] = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
     return out
+
+
+def footprint(affine: Affine, size: int, width: int, height: int) -> tuple[int, int, int, int] | None:
+    """The rectangle (x1, y1, x2, y2; frame pixels, end exclusive) of a width×height frame that a size×size crop
+    cut by `affine` (frame → crop pixels) covers: the bounding box of its corners, clipped to the frame; None when
+    it misses the frame. `paste_back` touches nothing outside it."""
+    inverse = cv2.invertAffineTransform(np.asarray(affine, dtype=np.float64))
+    corners = np.array([[0, 0, 1], [size, 0, 1], [0, size, 1], [size, size, 1]], dtype=np.float64) @ inverse.T
+    x1 = max(0, math.floor(corners[:, 0].min()))
+    y1 = max(0, math.floor(corners[:, 1].min()))
+    x2 = min(width, math.ceil(corners[:, 0].max()))
+    y2 = min(height, math.ceil(corners[:, 1].max()))
+    return None if x2 <= x1 or y2 <= y1 else (x1, y1, x2, y2)
 
 
 def transform_points(points: npt.ArrayLike, affine: Affine) -> npt.NDArray[np.float64]:

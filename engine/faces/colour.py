@@ -18,6 +18,8 @@ ColourMethod = Literal["reinhard", "histogram"]
 
 # A channel with a spread under this (LAB units) is treated as flat: scaling by target/source spread would blow up.
 _MIN_STD = 1e-3
+# Pixels per row when a list of pixels is converted as an image.
+_ROW = 1024
 
 
 def transfer(source: Frame, target: Frame, mask: Mask | None = None, method: ColourMethod = "reinhard") -> Frame:
@@ -37,40 +39,59 @@ def transfer(source: Frame, target: Frame, mask: Mask | None = None, method: Col
     if weights.shape != source.shape[:2]:
         raise ValueError(f"mask must be {source.shape[:2]}, got {weights.shape}")
     weights = np.clip(weights, 0.0, 1.0)
-    if float(weights.sum()) <= 0.0:
+    # Only pixels with weight > 0 count in the statistics and change: the work is done on those alone (each
+    # pixel's conversion and correction is its own), and the others are copied.
+    inside = weights > 0.0
+    if not inside.any():
         return source.copy()
+    pixels, w = source[inside], weights[inside]
     if method == "reinhard":
-        corrected = _reinhard(source, target, weights)
+        corrected = _reinhard(pixels, target[inside], w)
     elif method == "histogram":
-        corrected = _histogram(source, target, weights)
+        corrected = _histogram(pixels, target[inside], w)
     else:
         raise ValueError(f"unknown colour transfer method {method!r}; known: reinhard, histogram")
-    m = weights[..., None]
-    blended = m * corrected + (1.0 - m) * source.astype(np.float32)
-    return np.clip(np.rint(blended), 0, 255).astype(np.uint8)
+    m = w[:, None]
+    blended = m * corrected + (1.0 - m) * pixels.astype(np.float32)
+    out = source.copy()
+    out[inside] = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
+    return out
 
 
-def _reinhard(source: Frame, target: Frame, weights: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """Corrected source as float32 RGB in 0–255."""
+def _convert(pixels: npt.NDArray[np.float32], code: int) -> npt.NDArray[np.float32]:
+    """cv2.cvtColor of K×3 float32 pixels, laid out as rows of _ROW pixels (OpenCV splits work by rows: one
+    pixel per row would run it on one core, with a call per pixel row)."""
+    count = len(pixels)
+    rows = np.zeros((-(-count // _ROW) * _ROW, 3), np.float32)
+    rows[:count] = pixels
+    return cv2.cvtColor(rows.reshape(-1, _ROW, 3), code).reshape(-1, 3)[:count]
+
+
+def _reinhard(
+    source: npt.NDArray[np.uint8], target: npt.NDArray[np.uint8], weights: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float32]:
+    """Corrected source as float32 RGB in 0–255. source, target: K×3 uint8 RGB pixels; weights: K."""
     # OpenCV's float conversion takes RGB in [0, 1] and gives L in 0–100, a and b in about −127…127.
-    src = cv2.cvtColor(source.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
-    tgt = cv2.cvtColor(target.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
+    src = _convert(source.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
+    tgt = _convert(target.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
     src_mean, src_std = _weighted_stats(src, weights)
     tgt_mean, tgt_std = _weighted_stats(tgt, weights)
     gain = np.where(src_std > _MIN_STD, tgt_std / np.maximum(src_std, _MIN_STD), 1.0).astype(np.float32)
     lab = (src - src_mean) * gain + tgt_mean
-    rgb = cv2.cvtColor(lab.astype(np.float32), cv2.COLOR_LAB2RGB)
+    rgb = _convert(lab.astype(np.float32), cv2.COLOR_LAB2RGB)
     return np.clip(rgb, 0.0, 1.0) * 255.0
 
 
-def _histogram(source: Frame, target: Frame, weights: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """Corrected source as float32 RGB in 0–255."""
+def _histogram(
+    source: npt.NDArray[np.uint8], target: npt.NDArray[np.uint8], weights: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float32]:
+    """Corrected source as float32 RGB in 0–255. source, target: K×3 uint8 RGB pixels; weights: K."""
     levels = np.arange(256, dtype=np.float64)
-    flat_weights = weights.ravel().astype(np.float64)
+    flat_weights = weights.astype(np.float64)
     out = np.empty(source.shape, dtype=np.float32)
     for channel in range(3):
-        src_counts, src_mid = _quantiles(source[..., channel].ravel(), flat_weights)
-        tgt_counts, tgt_mid = _quantiles(target[..., channel].ravel(), flat_weights)
+        src_counts, src_mid = _quantiles(source[:, channel], flat_weights)
+        tgt_counts, tgt_mid = _quantiles(target[:, channel], flat_weights)
         # Each source level goes to the target level at the same quantile (mid-step of the weighted CDF);
         # only levels the target has are interpolation nodes, so the nodes strictly increase.
         present = tgt_counts > 0
@@ -89,10 +110,12 @@ def _quantiles(
 
 
 def _weighted_stats(
-    image: npt.NDArray[np.float32], weights: npt.NDArray[np.float32]
+    values: npt.NDArray[np.float32], weights: npt.NDArray[np.float32]
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-    w = weights[..., None].astype(np.float64)
+    """Weighted mean and standard deviation of K×3 `values` (weights: K), accumulated in float64."""
+    w = weights.astype(np.float64)
     total = w.sum()
-    mean = (image * w).sum(axis=(0, 1)) / total
-    var = (((image - mean) ** 2) * w).sum(axis=(0, 1)) / total
+    mean = (w @ values) / total
+    centred = values - mean
+    var = (w @ (centred * centred)) / total
     return mean.astype(np.float32), np.sqrt(var).astype(np.float32)

@@ -24,7 +24,7 @@ from engine.backends import Session
 from engine.errors import InvalidInput
 from engine.faces.align import estimate_affine, warp_face
 from engine.models.manifest import IOSpec, SwapSpec
-from engine.models.tensor import from_tensor, to_tensor
+from engine.models.tensor import run_images, to_tensor
 from engine.types import Frame
 
 EMBEDDING_SIZE = 512
@@ -121,26 +121,22 @@ def swap(session: Session, io: IOSpec, crops: npt.NDArray[np.uint8], source: Vec
     """
     if io.source is None:
         raise InvalidInput(f"the I/O spec of input {io.input!r} has no source input, so it is not a face swapper")
-    n = crops.shape[0]
-    if n == 0:
-        return crops.copy()
-    step = io.batch or n
     identities = np.asarray(source, np.float32)
+    n = crops.shape[0]
     if len(identities) not in (1, n):
         raise ValueError(f"{len(identities)} source identities for {n} crops: give one, or one per crop")
-    identities = np.repeat(identities, n, axis=0) if len(identities) == 1 else identities
-    out = []
-    for start in range(0, n, step):
-        chunk = crops[start : start + step]
-        sources = identities[start : start + step]
-        if len(chunk) < step:
-            # A fixed batch size must be met exactly: pad the last chunk with blank crops, dropped below.
-            pad = step - len(chunk)
-            chunk = np.concatenate([chunk, np.zeros((pad, *chunk.shape[1:]), np.uint8)])
-            sources = np.concatenate([sources, np.repeat(sources[-1:], pad, axis=0)])
-        (result, *_) = session.run({io.input: to_tensor(chunk, io), io.source: sources})
-        out.append(from_tensor(result, io))
-    return np.concatenate(out, axis=0)[:n]
+    if len(identities) == 1 or n == 0:
+        return run_images(session, io, crops, per_item={io.source: identities[:1]})
+    # One call per identity (each person's crops together), the results put back in the crops' order.
+    groups: dict[bytes, list[int]] = {}
+    for i, row in enumerate(identities):
+        groups.setdefault(row.tobytes(), []).append(i)
+    results: list[npt.NDArray[np.uint8]] = [crops[0]] * n
+    for members in groups.values():
+        done = run_images(session, io, crops[members], per_item={io.source: identities[members[:1]]})
+        for i, result in zip(members, done, strict=True):
+            results[i] = result
+    return np.stack(results)
 
 
 def embed(

@@ -2,13 +2,14 @@
 
 One module per concern, each with its own tests; this package's namespace is their public API:
 
-- `tools`: finding ffmpeg and ffprobe, and what they can do (`find_ffmpeg`, `check_encoder`).
+- `tools`: finding ffmpeg and ffprobe, and what they can do (`find_ffmpeg`, `check_encoder`, `encoder_works`,
+  `hwaccel_works`: NVENC and NVDEC proven on a test frame).
 - `children`: running, reading and reaping ffmpeg children; their failures as typed errors.
 - `headers`, `probe`: `probe(path) -> MediaInfo`, the check and description of every input before any work.
 - `timing`: when frames are shown (`FrameTimes`), the frames a job reads (`select` -> `Span`), the audio that
   goes with them (`audio_for`). Pure.
 - `decode`: `FrameReader`, frames from an ffmpeg pipe. `encode`: `FrameWriter`, frames to an ffmpeg pipe,
-  each at its own time. `join`: segments into one file with the audio.
+  each at its own time; `choose_encoder` resolves `video.encoder=auto`. `join`: segments into one file with the audio.
 - `images`: `read_image` / `write_image`, the only places image pixels are decoded and encoded.
 
 Every frame that crosses this package is a `Frame`: H×W×3 uint8 RGB. Video frames come out upright (the
@@ -18,13 +19,21 @@ themselves are pure functions in `engine.ffmpeg_commands`.
 
 from engine.ffmpeg_commands import Audio
 from engine.media.decode import FrameReader
-from engine.media.encode import FrameWriter
+from engine.media.encode import FrameWriter, choose_encoder
 from engine.media.images import IMAGE_FORMATS, image_frame_count, read_image, read_image_metadata, write_image
 from engine.media.info import MediaInfo
 from engine.media.join import join_segments
 from engine.media.probe import probe, read_video_metadata
 from engine.media.timing import FrameTimes, Span, audio_for, output_rate, select
-from engine.media.tools import available_encoders, check_encoder, ffmpeg_version, find_ffmpeg, find_ffprobe
+from engine.media.tools import (
+    available_encoders,
+    check_encoder,
+    encoder_works,
+    ffmpeg_version,
+    find_ffmpeg,
+    find_ffprobe,
+    hwaccel_works,
+)
 
 __all__ = [
     "IMAGE_FORMATS",
@@ -37,9 +46,12 @@ __all__ = [
     "audio_for",
     "available_encoders",
     "check_encoder",
+    "choose_encoder",
+    "encoder_works",
     "ffmpeg_version",
     "find_ffmpeg",
     "find_ffprobe",
+    "hwaccel_works",
     "image_frame_count",
     "join_segments",
     "output_rate",

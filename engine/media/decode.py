@@ -1,4 +1,5 @@
-"""`FrameReader`: the frames of a video (or of a `Span` of it), decoded by an ffmpeg child into a rawvideo pipe.
+"""`FrameReader`: the frames of a video (or of a `Span` of it), decoded by an ffmpeg child into a rawvideo pipe;
+on the GPU (NVDEC) where it takes the stream and works here.
 
 Raw frames carry no timestamps, and need none: ffmpeg passes each frame through once, in presentation order, so
 frame k of a span is shown at `span.times.seconds(k)`, which `probe` read exactly from the packets. The count is
@@ -17,13 +18,14 @@ from typing import IO
 import numpy as np
 
 from engine import ffmpeg_commands as cmd
+from engine.backends import gpu_visible
 from engine.errors import TruncatedInput
 from engine.media import children
 from engine.media.images import read_image
 from engine.media.info import MediaInfo
 from engine.media.probe import probe
 from engine.media.timing import Span, select, skip_frames
-from engine.media.tools import ffmpeg_version, find_ffmpeg
+from engine.media.tools import ffmpeg_version, find_ffmpeg, hwaccel_works
 from engine.types import Frame
 
 logger = logging.getLogger(__name__)
@@ -48,16 +50,26 @@ class FrameReader:
     missing. Leaving the `with` block, breaking out of the loop or an exception stops and reaps the ffmpeg child.
     """
 
-    def __init__(self, path: Path, info: MediaInfo | None = None, span: Span | None = None, skip: int = 0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        info: MediaInfo | None = None,
+        span: Span | None = None,
+        skip: int = 0,
+        hwaccel: bool | None = None,
+    ) -> None:
         """path: the video or image; info: its `probe` result when the caller already has it (else probed here);
         span: the part to read and its rate, from `select(info, …)` (None: the whole video; images ignore it);
         skip: leave out the span's first `skip` output frames (a resumed job's finished segments). A span that is
         not resampled starts decoding at frame `skip` (ffmpeg still decodes the frames before it, but they cost no
         conversion, pipe or processing); a resampled one is read from its start and the frames are dropped here,
-        since which frame fills a slot depends on the frames before it."""
+        since which frame fills a slot depends on the frames before it.
+        hwaccel: decode on the GPU (NVDEC); None (auto): where `cmd.nvdec_allows` the stream, an NVIDIA GPU is
+        visible and ffmpeg's CUDA device works here (`tools.hwaccel_works`). The frames are the same either way."""
         self.path = Path(path)
         self._ffmpeg = find_ffmpeg()
         self.info = info if info is not None else probe(self.path, self._ffmpeg)
+        self.hwaccel = use_nvdec(self.info, self._ffmpeg) if hwaccel is None else hwaccel
         self.span = span if span is not None else select(self.info)
         if not 0 <= skip < self.span.frames:
             raise ValueError(f"skip must be in 0–{self.span.frames - 1} (frames of the span), got {skip}")
@@ -106,6 +118,7 @@ class FrameReader:
             fps_rational=span.fps_rational if span.resample else None,
             max_frames=None if span.end_pts is None else span.frames,
             major=(ffmpeg_version(self._ffmpeg) or (99, 0))[0],
+            hwaccel=self.hwaccel,
         )  # fmt: skip
         process, drain = children.start(args, subprocess.DEVNULL, subprocess.PIPE)
         self._process, self._drain = process, drain
@@ -129,9 +142,22 @@ class FrameReader:
                     yield np.frombuffer(buffer, dtype=np.uint8).reshape(height, width, 3)
             returncode = process.wait()
             drain.join()
-            self._check(decoded, partial, returncode, drain.first_error(self.path))
+            self._check(decoded, partial, returncode, self._first_error(drain))
         finally:
             self.close()
+
+    def _first_error(self, drain: children.Stderr) -> str | None:
+        """ffmpeg's first error line, leaving out NVDEC's saying it cannot take the stream after all (ffmpeg then
+        decodes it on the CPU: the frames are all there, and counted)."""
+        lines = drain.lines
+        if self.hwaccel:
+            fallback = [line for line in lines if cmd.NVDEC_FALLBACK.search(line)]
+            if fallback:
+                logger.info(
+                    "%s: NVDEC did not take this stream, ffmpeg decoded it on the CPU (%s)", self.path, fallback[0]
+                )
+            lines = [line for line in lines if not cmd.NVDEC_FALLBACK.search(line)]
+        return children.first_error("\n".join(lines), self.path) if lines else None
 
     def _check(self, decoded: int, partial: bool, returncode: int, error: str | None) -> None:
         span = self.span
@@ -147,6 +173,14 @@ class FrameReader:
             raise TruncatedInput(f"{self.path} is damaged or cut short ({detail}): re-export or re-download it")
         if decoded > span.frames and not span.resample:
             logger.warning("%s decoded to %d frames, %d packets were counted", self.path, decoded, span.frames)
+
+
+def use_nvdec(info: MediaInfo, ffmpeg: str) -> bool:
+    """Whether a video is decoded on the GPU by default: NVDEC takes its stream (`cmd.nvdec_allows`), an NVIDIA GPU
+    is visible, and ffmpeg's CUDA device works here."""
+    if info.kind != "video" or not cmd.nvdec_allows(info.video_codec, info.pix_fmt, info.width, info.height):
+        return False
+    return gpu_visible() and hwaccel_works(ffmpeg)[0]
 
 
 def _read_exactly(stream: IO[bytes], buffer: bytearray) -> int:

@@ -15,13 +15,14 @@ from typing import Literal
 import numpy as np
 
 from engine import ffmpeg_commands as cmd
+from engine.backends import gpu_visible
 from engine.errors import FacestudioError, InvalidInput, MediaError
 from engine.media import children, headers
 from engine.media.images import partial_path
 from engine.media.info import MediaInfo
 from engine.media.probe import probe
 from engine.media.timing import FrameTimes
-from engine.media.tools import check_encoder, ffmpeg_version, find_ffmpeg
+from engine.media.tools import available_encoders, check_encoder, encoder_works, ffmpeg_version, find_ffmpeg
 from engine.types import Frame, check_frame
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ INLINE_FILTER_CHARS = 8000
 
 
 class FrameWriter:
-    """Encodes frames to an H.264 or HEVC (yuv420p) video with the audio of another file, written atomically.
+    """Encodes frames to an H.264, HEVC or AV1 (yuv420p) video with the audio of another file, written atomically.
 
     Use as a context manager:
 
@@ -71,8 +72,10 @@ class FrameWriter:
         audio: the audio to mux (`engine.media.timing.audio_for`), None for a silent video.
         metadata: container tags to write (custom keys included; readable with `read_video_metadata`).
         crf, preset: quality (0–51, lower is better) and speed preset of the encoder.
-        encoder: "libx264" (H.264), "libx265" (HEVC) or the lossless intermediate; InvalidInput here when the
-            ffmpeg in use lacks it, or the frames are larger than it takes.
+        encoder: one of `cmd.VIDEO_ENCODERS` (libx264, libx265, NVENC H.264, HEVC or AV1), `auto`
+            (`choose_encoder`; a job resolves it once, before any work, so that its segments agree) or the lossless
+            intermediate; InvalidInput here when the ffmpeg in use lacks it, the frames are larger than it takes,
+            or the container cannot hold it. `self.encoder` is the one used.
         """
         self.output = Path(output)
         self.width, self.height = width, height
@@ -85,10 +88,13 @@ class FrameWriter:
         cmd.muxer_for(self.output)  # an unsupported extension fails here, naming the path the caller gave
         if not self.output.parent.is_dir():
             raise InvalidInput(f"cannot write {self.output}: the folder {self.output.parent} does not exist")
+        self._ffmpeg = find_ffmpeg()
+        self.encoder, _ = choose_encoder(encoder, width + width % 2, height + height % 2, self._ffmpeg)
+        encoder = self.encoder
+        cmd.check_container(self.output, encoder)
         side = cmd.MAX_SIDE.get(encoder)
         if side is not None and max(width, height) > side:
             raise InvalidInput(f"{encoder} encodes frames of at most {side}×{side} pixels, not {width}×{height}")
-        self._ffmpeg = find_ffmpeg()
         # Here, not at the first frame: ffmpeg would only fail once it had been sent one.
         check_encoder(encoder, self._ffmpeg)
         if audio is not None and audio.codec is None:
@@ -207,6 +213,33 @@ class FrameWriter:
             return children.write_error(code, self.output, self.output.name)
         reason = self._drain.first_error(self._partial) or f"exit status {self._process.returncode}"
         return MediaError(f"ffmpeg failed {doing} {self.output}: {reason}")
+
+
+def choose_encoder(requested: str, width: int, height: int, ffmpeg: str | None = None) -> tuple[str, str | None]:
+    """The encoder `video.encoder` stands for, for frames of width × height pixels, and the note a run's summary
+    gives when `auto` could not take the GPU's: an encoder named is itself (no note); `auto` is NVENC H.264
+    (`cmd.AUTO_HARDWARE`) when an NVIDIA GPU is visible and ffmpeg encodes a test frame with it here (the proof
+    `doctor` reports, `tools.encoder_works`), and the frames are within its sizes; else libx264, and the note
+    says why."""
+    if requested != "auto":
+        return requested, None
+    hardware, side = cmd.AUTO_HARDWARE, cmd.MAX_SIDE[cmd.AUTO_HARDWARE]
+    ffmpeg = ffmpeg or find_ffmpeg()
+    if not gpu_visible():
+        why = "no NVIDIA GPU is visible"
+    elif hardware not in available_encoders(ffmpeg):
+        why = f"this ffmpeg has no {hardware}"
+    elif max(width, height) > side:
+        why = f"{width}×{height} frames are beyond {hardware}'s {side}×{side}"
+    else:
+        works, error = encoder_works(hardware, ffmpeg)
+        if works:
+            return hardware, None
+        why = f"{hardware} failed its test frame ({error})"
+    return (
+        cmd.AUTO_SOFTWARE,
+        f"encoder: {cmd.AUTO_SOFTWARE} on the CPU, since {why} (video.encoder=auto takes NVENC where it works)",
+    )
 
 
 def check_times(written: MediaInfo, times: FrameTimes, frames: int, output: Path) -> None:

@@ -1,4 +1,4 @@
-"""Finding the ffmpeg and ffprobe executables and asking what they can do (version, encoders).
+"""Finding the ffmpeg and ffprobe executables and asking what they can do (version, encoders, NVENC and NVDEC).
 
 ffmpeg is `FACESTUDIO_FFMPEG` when set, else a system FFmpeg ≥ 5.1 on PATH, else the binary imageio-ffmpeg ships.
 ffprobe is optional: without it, `probe` gets the same answers from ffmpeg alone.
@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from engine import ffmpeg_commands as cmd
-from engine.errors import InvalidInput, MediaError
+from engine.errors import BackendUnavailable, InvalidInput, MediaError
 from engine.media.children import first_error
 
 logger = logging.getLogger(__name__)
@@ -84,10 +84,19 @@ def available_encoders(ffmpeg: str) -> frozenset[str]:
 
 def check_encoder(encoder: str, ffmpeg: str | None = None) -> None:
     """Raise InvalidInput, naming the encoder and what to do, when `ffmpeg` (default: `find_ffmpeg()`) was built
-    without the video encoder `encoder` (one of `ffmpeg_commands.VIDEO_ENCODERS`)."""
+    without the video encoder `encoder` (one of `ffmpeg_commands.VIDEO_ENCODERS`); BackendUnavailable when it is an
+    NVENC encoder that is built in but fails its test frame here (no NVIDIA GPU, driver or video capability), which
+    ffmpeg would otherwise only report once the first frame reaches it."""
     ffmpeg = ffmpeg if ffmpeg is not None else find_ffmpeg()
     available = available_encoders(ffmpeg)
     if encoder in available:
+        if encoder in cmd.NVENC_ENCODERS:
+            works, error = encoder_works(encoder, ffmpeg)
+            if not works:
+                raise BackendUnavailable(
+                    f"video.encoder={encoder} cannot encode here ({error}): NVENC needs an NVIDIA GPU and its driver "
+                    "(in a container, NVIDIA_DRIVER_CAPABILITIES with video); choose video.encoder=auto or libx264"
+                )
         return
     others = [e for e in cmd.VIDEO_ENCODERS if e != encoder and e in available]
     instead = f", or choose video.encoder={others[0]}" if others else ""
@@ -95,6 +104,30 @@ def check_encoder(encoder: str, ffmpeg: str | None = None) -> None:
         f"the ffmpeg in use ({ffmpeg}) has no {encoder} encoder: install an FFmpeg built with {encoder} "
         f"(imageio-ffmpeg's has it) and point FACESTUDIO_FFMPEG at it{instead}"
     )
+
+
+def encoder_works(encoder: str, ffmpeg: str | None = None) -> tuple[bool, str | None]:
+    """Whether `ffmpeg` (default: `find_ffmpeg()`) encodes one frame with `encoder` here, with ffmpeg's first error
+    line when it does not: the proof a hardware encoder (NVENC) needs, since one can be built in and still lack
+    its GPU or driver. Asked once per executable in a process; `doctor` and `video.encoder=auto` both use it."""
+    return _works(tuple(cmd.encoder_test_args(ffmpeg or find_ffmpeg(), encoder)))
+
+
+def hwaccel_works(ffmpeg: str | None = None) -> tuple[bool, str | None]:
+    """Whether `ffmpeg` can open a CUDA device and move a frame onto it and back (`-hwaccel cuda`, NVDEC), with
+    ffmpeg's first error line when it cannot; asked once per executable in a process."""
+    return _works(tuple(cmd.hwaccel_test_args(ffmpeg or find_ffmpeg())))
+
+
+def _works(args: tuple[str, ...]) -> tuple[bool, str | None]:
+    try:
+        done = _ask(args[0], args)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    if done.returncode == 0 and not done.stderr.strip():
+        return True, None
+    # ffmpeg's first error line without its `[h264_nvenc @ 0x…]` prefix: it goes into notes and messages.
+    return False, first_error(done.stderr, Path(args[0])) if done.stderr.strip() else f"exit status {done.returncode}"
 
 
 def ffmpeg_version(ffmpeg: str) -> tuple[int, int] | None:
@@ -125,4 +158,5 @@ def _ask(executable: str, args: tuple[str, ...]) -> subprocess.CompletedProcess[
 # modification time (a replaced binary is asked again); it holds nothing of any job.
 @functools.lru_cache(maxsize=32)
 def _asked(args: tuple[str, ...], size: int, mtime_ns: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(args), capture_output=True, text=True, errors="replace", check=False)
+    # A bounded wait: a test encode on a GPU whose driver hangs must not hang the job (a timeout is not cached).
+    return subprocess.run(list(args), capture_output=True, text=True, errors="replace", check=False, timeout=60)

@@ -17,6 +17,11 @@ first load by a runtime (`_verified`): against the manifest's sha256, and a deri
 file that does not match is refused with ChecksumMismatch and left where it is for the user to inspect, and a
 cached conversion without a record this installation signed is made again from its verified source.
 `check_conversion` is that same check for `doctor` and `models verify`.
+
+Precision (`runtime.precision`): `fp16` computes in half precision on a GPU (float16 files first, TensorRT fp16);
+`fp32` never does; `int8` runs, on the CPU, the int8 graph `models quantize` made of each model that offers one
+(engine/models/int8.py: verified like every derived file; none made is ModelUnavailable saying how), and on a GPU
+is `fp16`.
 """
 
 from __future__ import annotations
@@ -34,9 +39,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from engine import metrics
 from engine.backends import BackendName, Device, Session, gpu_visible
-from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, ModelUnavailable
+from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, InvalidJob, ModelUnavailable
 from engine.memory import auto_batch, available_memory, importable, on_gpu
-from engine.models import derived, fetch, signature
+from engine.models import derived, fetch, int8, signature
 from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, ModelSpec
 
 if TYPE_CHECKING:
@@ -77,7 +82,7 @@ class RuntimeConfig(Protocol):
     @property
     def tensorrt(self) -> bool: ...
     @property
-    def fp16(self) -> bool: ...
+    def precision(self) -> Literal["fp32", "fp16", "int8"]: ...
     @property
     def batch(self) -> int | Literal["auto"]: ...
     @property
@@ -110,6 +115,8 @@ class LoadedModel:
     spec: ModelSpec
     file: FileSpec
     session: Session
+    # The int8 graph (in the models folder) the session runs instead of `file`'s float32 graph, if any.
+    quantized: Path | None = None
 
     def describe(self) -> dict[str, str]:
         return {
@@ -117,6 +124,7 @@ class LoadedModel:
             "file": self.file.filename,
             "sha256": self.file.sha256,
             **({"bin_sha256": self.file.bin_sha256} if self.file.bin_sha256 else {}),
+            **({"precision": "int8", "int8_graph": f"{int8.FOLDER}/{self.quantized.name}"} if self.quantized else {}),
             "backend": self.session.backend,
             "provider": self.session.provider,
         }
@@ -200,9 +208,9 @@ class Runtime:
     def choose_file(self, spec: ModelSpec, backend: BackendName) -> FileSpec:
         """The file that will serve `spec` on `backend` (see the module docstring for the order)."""
         usable = [f for f in spec.files if f.format in NATIVE[backend]]
-        device = self._device()
-        # Half precision is what `fp16` asks for where it runs: on a GPU (CPU float16 kernels are slow or missing).
-        half = self.settings.fp16 and device.kind == "cuda" and (device.explicit or gpu_visible())
+        # Half precision is what `fp16` asks for where it runs: on a GPU (CPU float16 kernels are slow or missing);
+        # int8 graphs are for the CPU, so on a GPU `int8` runs in half precision too.
+        half = self.settings.precision in ("fp16", "int8") and self._gpu()
 
         def rank(f: FileSpec) -> tuple[int, int, int, int]:
             return (
@@ -250,11 +258,25 @@ class Runtime:
             spec = self.manifest.get(model_id)
             (file,) = self.ensure([model_id], name)
             spec = signature.checked(spec, file, self.local_path(file))
-            session = self._open_onnx(spec, file) if name == "onnx" else self._open_torch(spec, file)
+            quantized = self._int8_graph(spec, file, name)
+            session = self._open_onnx(spec, file, quantized) if name == "onnx" else self._open_torch(spec, file)
             metrics.record_model_load(model_id, name, time.perf_counter() - started)
-            log.info("loaded %s from %s on %s", model_id, file.filename, session.provider)
-            self._sessions[key] = LoadedModel(spec, file, session)
+            log.info("loaded %s from %s on %s", model_id, (quantized or Path(file.filename)).name, session.provider)
+            self._sessions[key] = LoadedModel(spec, file, session, quantized)
         return self._sessions[key]
+
+    def _int8_graph(self, spec: ModelSpec, file: FileSpec, backend: BackendName) -> Path | None:
+        """The verified int8 graph a job at precision int8 runs `spec` with (None: the float32 or float16 path:
+        another precision, a GPU, or a model no int8 graph is made of). Raises ModelUnavailable when the model
+        offers one and none was made from `file`, InvalidJob on the PyTorch backend (int8 is ONNX Runtime's)."""
+        if self.settings.precision != "int8" or not int8.offered(spec) or self._gpu():
+            return None
+        if backend != "onnx":
+            raise InvalidJob(
+                f"runtime.precision=int8 runs {spec.id} with ONNX Runtime; use --backend onnx (or auto), or another "
+                "precision"
+            )
+        return int8.find(self.folders.models, spec, self.graph_key(file))
 
     def batch_for(self, frame_bytes: int) -> int:
         """Frames per model call: the job's `runtime.batch`, or for "auto" the largest that fits the memory free
@@ -271,6 +293,10 @@ class Runtime:
             self._warm[key] = build()
         return self._warm[key]  # type: ignore[no-any-return]
 
+    def loaded(self) -> list[LoadedModel]:
+        """The models loaded so far, in load order."""
+        return list(self._sessions.values())
+
     def clear(self) -> None:
         """Drop every loaded session and warm object (frees GPU memory between jobs in a long-lived process)."""
         self._sessions.clear()
@@ -279,15 +305,30 @@ class Runtime:
     def _device(self) -> Device:
         return Device.parse(self.settings.device)
 
-    def _open_onnx(self, spec: ModelSpec, file: FileSpec) -> Session:
+    def _gpu(self) -> bool:
+        """Whether models run on a GPU: CUDA asked for (explicitly, or `auto` with an NVIDIA GPU visible)."""
+        device = self._device()
+        return device.kind == "cuda" and (device.explicit or gpu_visible())
+
+    def onnx_graph(self, spec: ModelSpec, file: FileSpec) -> Path:
+        """The float32 ONNX graph ONNX Runtime runs `file` (verified by `ensure`) with: the file itself when it is
+        ONNX, else its conversion (made and cached when missing)."""
+        return self.local_path(file) if file.format == "onnx" else self._derived_onnx(spec, file)
+
+    @staticmethod
+    def graph_key(file: FileSpec) -> str:
+        """The content key of `onnx_graph(…, file)`: the file's own key when it is ONNX, else its key and the
+        converter version (a new converter makes another graph)."""
+        return file.key if file.format == "onnx" else f"{file.key}-c{CONVERTER_VERSION}"
+
+    def _open_onnx(self, spec: ModelSpec, file: FileSpec, graph: Path | None = None) -> Session:
         from engine.backends.onnx import OnnxSession
 
-        path = self.local_path(file) if file.format == "onnx" else self._derived_onnx(spec, file)
         return OnnxSession(
-            path,
+            graph or self.onnx_graph(spec, file),
             self._device(),
             tensorrt=self.settings.tensorrt,
-            fp16=self.settings.fp16,
+            fp16=self.settings.precision != "fp32",
             threads=self.settings.threads,
             cache_dir=self.folders.cache,
         )
@@ -432,7 +473,7 @@ class Runtime:
         return TorchSession(
             self._torch_module(spec, file),
             self._device(),
-            fp16=self.settings.fp16 and file.format != "onnx",
+            fp16=self.settings.precision != "fp32" and file.format != "onnx",
             input_names=spec.io.input_names,
             threads=self.settings.threads,
             channels_last=file.format != "onnx" and spec.arch in CHANNELS_LAST_ARCHS,

@@ -70,17 +70,23 @@ def manifest(
 ) -> dict[str, Any]:
     """The manifest definition for an output called `title`: made by facestudio `version` at `when` (ISO 8601,
     UTC) with `processors` (ids, in chain order) from `ingredients` (the target first); `job` is the content of
-    facestudio's own assertion."""
-    target, *sources = ingredients
-    entries = [_ingredient(target, "target"), *(_ingredient(s, f"source{i}") for i, s in enumerate(sources, 1))]
+    facestudio's own assertion. Without a target (no `parentOf` ingredient first: a live camera's recording) the
+    file is `c2pa.created` from the sources instead of `c2pa.opened` and `c2pa.edited`."""
+    target = ingredients[0] if ingredients and ingredients[0].relationship == "parentOf" else None
+    sources = ingredients[1:] if target is not None else ingredients
+    entries = [*([] if target is None else [_ingredient(target, "target")]),
+               *(_ingredient(s, f"source{i}") for i, s in enumerate(sources, 1))]  # fmt: skip
     edited: dict[str, Any] = {
-        "action": "c2pa.edited",
+        "action": "c2pa.edited" if target is not None else "c2pa.created",
         "when": when,
         "digitalSourceType": TRAINED_ALGORITHMIC_MEDIA,
         "softwareAgent": {"name": "facestudio", "version": version},
         "description": f"processed by facestudio with {', '.join(processors)}",
         "parameters": {"processors": list(processors)},
     }
+    opened = (
+        [] if target is None else [{"action": "c2pa.opened", "when": when, "parameters": {"ingredientIds": ["target"]}}]
+    )
     if sources:
         edited["parameters"]["ingredientIds"] = [f"source{i}" for i in range(1, len(sources) + 1)]
     return {
@@ -91,10 +97,7 @@ def manifest(
             {
                 "label": "c2pa.actions.v2",
                 "data": {
-                    "actions": [
-                        {"action": "c2pa.opened", "when": when, "parameters": {"ingredientIds": ["target"]}},
-                        edited,
-                    ]
+                    "actions": [*opened, edited],
                 },
             },
             {"label": ASSERTION, "data": dict(job)},

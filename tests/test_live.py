@@ -1,0 +1,469 @@
+"""Live mode, engine side (engine/live, engine/service.py's live renderers) and `launch.py live`: newest-wins
+dropping, the model lock shared fairly, camera-sized detection, recordings tagged synthetic with their sidecar,
+and a video file played as the camera into the test sink."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cli
+from engine import demo
+from engine import media as video
+from engine.errors import InvalidInput
+from engine.faces.embedded import EmbeddedAnalyser
+from engine.job import Job
+from engine.live import testcard
+from engine.live.devices import FileCamera, FolderSink, VirtualCameraSink, open_camera
+from engine.live.faces import CameraDetector, track_live
+from engine.live.local import run_camera
+from engine.live.loop import Captured, LatestFrame, LiveLoop, Processed, SinkThread
+from engine.live.record import Recorder
+from engine.provenance import verify
+from engine.service import LIVE_OUTPUT, LIVE_TARGET, Rendered, Service
+from processors import REGISTRY
+from tests.conftest import audio_seconds
+
+SWAP = {"processors": ["face_swapper"]}
+
+
+# -- the mailbox and the loop ------------------------------------------------------------------------------------
+def test_the_mailbox_keeps_only_the_newest_item_and_counts_the_dropped() -> None:
+    box = LatestFrame()
+    for n in range(5):
+        assert box.put(n)
+    assert (box.take(0), box.offered, box.dropped) == (4, 5, 4)
+    assert box.take(0.01) is None  # empty again
+    box.put(9)
+    box.close()
+    assert box.take(0) == 9  # put before close: still taken
+    assert box.take(0) is None and not box.put(10)
+
+
+@dataclass
+class SteppedRenderer:
+    """A renderer whose every render waits for the test to let it go, recording which frame it was given."""
+
+    gate: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+    started: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+    given: list[int] = field(default_factory=list)
+    job: Any = None
+    faces: Any = None  # no face processor in its chain
+
+    def __post_init__(self) -> None:
+        self.job = Job.parse({"processors": ["face_swapper"], "target": "camera", "output": "x.mp4"}, REGISTRY)
+
+    def render(self, frame: np.ndarray, index: int, *, track: bool = False) -> Rendered:
+        self.given.append(int(frame[0, 0, 0]))
+        self.started.release()
+        self.gate.acquire()
+        return Rendered(frame, frame, (), (), 1.0, 2.0)
+
+
+def frame_of(n: int) -> np.ndarray:
+    return np.full((4, 4, 3), n, np.uint8)
+
+
+def test_frames_that_arrive_while_one_renders_are_dropped_and_the_newest_goes_next() -> None:
+    renderer = SteppedRenderer()
+    out: list[Processed] = []
+    loop = LiveLoop(renderer, threading.Lock(), out.append).start()  # type: ignore[arg-type]
+    try:
+        loop.submit(Captured(frame_of(0), time.monotonic(), 0))
+        assert renderer.started.acquire(timeout=10)  # frame 0 is rendering
+        for n in range(1, 6):
+            loop.submit(Captured(frame_of(n), time.monotonic(), n))
+        renderer.gate.release()
+        assert renderer.started.acquire(timeout=10)  # the next render: the newest of 1–5
+        renderer.gate.release()
+        deadline = time.monotonic() + 10
+        while len(out) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        renderer.gate.release()
+        loop.stop()
+    assert renderer.given == [0, 5]
+    assert [o.pts for o in out] == [0, 5] and [o.index for o in out] == [0, 1]
+    assert (loop.stats.offered, loop.stats.frames, loop.inbox.dropped) == (6, 2, 4)
+    assert loop.state == "stopped"
+
+
+def test_while_a_job_holds_the_model_the_stream_waits_says_so_and_goes_on_with_the_newest_frame() -> None:
+    renderer = SteppedRenderer()
+    lock = threading.Lock()
+    out: list[Processed] = []
+    loop = LiveLoop(renderer, lock, out.append).start()  # type: ignore[arg-type]
+    try:
+        with lock:  # a job runs
+            for n in range(3):
+                loop.submit(Captured(frame_of(n), time.monotonic(), n))
+            deadline = time.monotonic() + 10
+            while not loop.state.startswith("waiting for the model") and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert loop.state.startswith("waiting for the model: a job is using it")
+            loop.submit(Captured(frame_of(7), time.monotonic(), 7))
+        renderer.gate.release()
+        assert renderer.started.acquire(timeout=10)
+    finally:
+        renderer.gate.release()
+        loop.stop()
+    # Not the frame it had taken before it waited: the newest one, which came while the job ran.
+    assert renderer.given == [7]
+    deadline = time.monotonic() + 10
+    while not out and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert out[0].pts == 7 and out[0].waited_ms > 0
+
+
+class CountingRenderer:
+    """Renders in a few milliseconds, counting its renders (the live stream of the fairness test)."""
+
+    def __init__(self) -> None:
+        self.job = SteppedRenderer().job
+        self.faces = None
+        self.renders = 0
+
+    def render(self, frame: np.ndarray, index: int, *, track: bool = False) -> Rendered:
+        self.renders += 1
+        time.sleep(0.005)
+        return Rendered(frame, frame, (), (), 5.0, 0.0)
+
+
+def test_a_preview_waiting_for_the_model_gets_it_between_two_live_frames() -> None:
+    renderer = CountingRenderer()
+    lock = threading.Lock()
+    stop = threading.Event()
+    loop = LiveLoop(renderer, lock, lambda out: None).start()  # type: ignore[arg-type]
+
+    def camera() -> None:
+        n = 0
+        while not stop.is_set():
+            loop.submit(Captured(frame_of(n % 250), time.monotonic(), n))
+            n += 1
+            time.sleep(0.001)
+
+    feeder = threading.Thread(target=camera, daemon=True)
+    feeder.start()
+    try:
+        while renderer.renders < 3:
+            time.sleep(0.005)
+        waits = []
+        for _ in range(20):  # twenty previews, each asking for the lock while the stream renders
+            before = renderer.renders
+            with lock:
+                waits.append(renderer.renders - before)
+    finally:
+        stop.set()
+        feeder.join()
+        loop.stop()
+    # Each preview got the model after at most the frame being rendered when it asked (the courtesy gap).
+    assert max(waits) <= 1, waits
+
+
+def test_a_failing_render_stops_the_stream_and_says_why() -> None:
+    class Failing(CountingRenderer):
+        def render(self, frame: np.ndarray, index: int, *, track: bool = False) -> Rendered:
+            raise InvalidInput("the source face is gone")
+
+    loop = LiveLoop(Failing(), threading.Lock(), lambda out: None).start()  # type: ignore[arg-type]
+    loop.submit(Captured(frame_of(1), time.monotonic(), 1))
+    loop.join(10)
+    assert not loop.running and loop.state == "failed: the source face is gone"
+
+
+def test_frames_over_max_pixels_stop_the_stream_with_the_limit_named() -> None:
+    loop = LiveLoop(CountingRenderer(), threading.Lock(), lambda out: None, max_pixels=10).start()  # type: ignore[arg-type]
+    loop.submit(Captured(frame_of(1), time.monotonic(), 1))
+    loop.join(10)
+    assert loop.state == (
+        "failed: the camera sends 4×4 frames, above runtime.max_pixels=10: choose a smaller camera resolution, "
+        "or raise runtime.max_pixels"
+    )
+
+
+def test_a_slow_sink_skips_frames_instead_of_holding_the_stream() -> None:
+    release = threading.Event()
+    got: list[int] = []
+
+    class Slow:
+        def send(self, out: Processed) -> None:
+            release.wait(10)
+            got.append(out.index)
+
+        def close(self) -> None:
+            pass
+
+    sink = SinkThread(Slow())
+    for i in range(6):
+        sink.send(Processed(frame_of(i), i, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0))  # returns at once
+        time.sleep(0.01)
+    release.set()
+    sink.close()
+    assert got[-1] == 5 and len(got) == 2  # the one it was sending, then the newest
+
+
+# -- live renderers ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def card() -> list[np.ndarray]:
+    return testcard.frames(640, 480, 12)
+
+
+def test_two_live_renderers_never_share_their_tracker(card: list[np.ndarray]) -> None:
+    service = Service(REGISTRY)
+    a = service.live_renderer(SWAP, [demo.source_photo()])
+    b = service.live_renderer(SWAP, [demo.source_photo()])
+    assert a is not b and a.faces.stage.tracker is not b.faces.stage.tracker
+    for i, frame in enumerate(card[:4]):
+        a.render(frame, i, track=True)
+    assert a.faces.stage.tracker.stats.frames == 4 and b.faces.stage.tracker.stats.frames == 0
+
+
+def test_a_live_reference_needs_a_reference_image() -> None:
+    raw = {**SWAP, "faces": {"selector": "reference"}}
+    with pytest.raises(InvalidInput, match=r"^live: faces.selector=reference needs a reference image"):
+        Service(REGISTRY).live_renderer(raw, [demo.source_photo()])
+
+
+def test_an_option_change_keeps_the_tracker_a_face_setting_change_rebuilds_it(card: list[np.ndarray]) -> None:
+    service = Service(REGISTRY)
+    renderer = service.live_renderer(SWAP, [demo.source_photo()])
+    tracker = renderer.faces.stage.tracker
+    same = service.live_update(renderer, {**SWAP, "face_swapper": {"blend": 0}}, [demo.source_photo()])
+    assert same is renderer and renderer.faces.stage.tracker is tracker
+    # blend 0 puts the camera's face back: the new chain renders from the next frame.
+    rendered = renderer.render(card[0], 0, track=True)
+    assert len(rendered.chosen) == 1 and np.array_equal(rendered.after, card[0])
+    other = service.live_update(renderer, {**SWAP, "faces": {"redetect_every": 3}}, [demo.source_photo()])
+    assert other is not renderer and other.job.faces.redetect_every == 3
+
+
+def test_live_detection_runs_on_a_smaller_frame_and_lands_where_a_full_one_does(card: list[np.ndarray]) -> None:
+    analyser = EmbeddedAnalyser("hog")
+    seen: list[tuple[int, ...]] = []
+
+    class Spy:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(analyser, name)
+
+        def detect(self, frame: np.ndarray) -> list[Any]:
+            seen.append(frame.shape)
+            return analyser.detect(frame)
+
+    (face,) = CameraDetector(Spy()).detect(card[3])  # type: ignore[arg-type]
+    (full,) = analyser.detect(card[3])
+    assert seen == [(240, 320, 3)]
+    assert np.abs(face.landmarks68 - full.landmarks68).mean() < 1.5  # px on the 640×480 frame
+    assert abs((face.box[2] - face.box[0]) - (full.box[2] - full.box[0])) < 0.1 * (full.box[2] - full.box[0])
+
+
+def test_a_live_renderer_is_retimed_to_the_rate_it_processes_at(card: list[np.ndarray]) -> None:
+    renderer = Service(REGISTRY).live_renderer(SWAP, [demo.source_photo()], fps=30.0)
+    track_live(renderer, 6.0)
+    tracker = renderer.faces.stage.tracker
+    assert isinstance(tracker.analyser, CameraDetector) and tracker.redetect_every == 10
+    rendered = [renderer.render(frame, i, track=True) for i, frame in enumerate(card)]
+    assert all(len(r.chosen) == 1 for r in rendered)
+    assert tracker.stats.detections <= 3 and tracker.stats.frames == len(card)
+
+
+# -- recording ---------------------------------------------------------------------------------------------------
+COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30)]
+
+
+def test_a_recording_keeps_the_stream_timing_the_microphone_and_says_it_is_synthetic(tmp_path: Path) -> None:
+    job = Job.parse({**SWAP, "target": str(LIVE_TARGET), "output": str(LIVE_OUTPUT),
+                     "sources": [str(demo.source_photo())]}, REGISTRY)  # fmt: skip
+    recorder = Recorder(tmp_path / "take.mp4", 10.0, job, "camera 0", {"face_swapper": {"model": "landmark_warp"}})
+    start = recorder.start
+    # Four processed frames whose inputs arrived at 0.0, 0.3, 0.5 and 0.9 s: at 10 fps, slots 0–2 show the
+    # first, 3–4 the second, 5–8 the third, then the fourth to the end.
+    for i, (colour, at) in enumerate(zip(COLOURS, (0.0, 0.3, 0.5, 0.9), strict=True)):
+        frame = np.full((120, 160, 3), colour, np.uint8)
+        recorder.send(Processed(frame, i, i, start + at, 0.0, 0.0, 0.0, 5.0, 5.0, 1))
+    tone = (0.3 * 32767 * np.sin(np.arange(4800) / 48000 * 2 * np.pi * 440)).astype(np.int16)
+    for k in range(10):  # a second of microphone, 0.1 s a time, arriving in real time
+        recorder.add_audio(tone, start + 0.1 * (k + 1))
+    while time.monotonic() < start + 1.0:
+        time.sleep(0.01)
+    recording = recorder.finish()
+    assert recording.output == tmp_path / "take.mp4" and recording.audio and recording.size == (160, 120)
+    with video.FrameReader(recording.output) as reader:
+        colours = [tuple(int(v) for v in f[60, 80]) for f in reader]
+    assert len(colours) == recording.frames >= 10
+
+    def nearest(c: tuple[int, ...]) -> int:
+        return int(np.argmin([sum(abs(a - b) for a, b in zip(c, k, strict=True)) for k in COLOURS]))
+
+    assert [nearest(c) for c in colours[:10]] == [0, 0, 0, 1, 1, 2, 2, 2, 2, 3]
+    assert set(map(nearest, colours[10:])) <= {3}
+    tags = video.read_video_metadata(recording.output)
+    assert tags["synthetic"] == "true" and "face_swapper" in tags["comment"]
+    assert abs(audio_seconds(recording.output) - 1.0) < 0.15
+    sidecar = json.loads(recording.sidecar.read_text())
+    assert sidecar["synthetic"] is True and sidecar["job"]["processors"] == ["face_swapper"]
+    assert sidecar["live"]["camera"] == "camera 0" and sidecar["live"]["frames_processed"] == 4
+    assert sidecar["output"]["frames"] == recording.frames and sidecar["output"]["audio"] is True
+    assert sidecar["processors"] == {"face_swapper": {"model": "landmark_warp"}}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["take.mp4", "take.mp4.job.json"]
+    # Signed Content Credentials, as every output has: made by facestudio from the source, AI-generated.
+    checked = verify.inspect(recording.output)
+    assert checked.credentials == "valid" and checked.mine and checked.source_type == "AI-generated"
+    assert checked.actions == ("c2pa.created",) and checked.processors == ("face_swapper",)
+    assert [i["title"] for i in checked.ingredients] == ["source 1"]
+    assert checked.facestudio is not None and checked.facestudio["live"] == {"camera": "camera 0"}
+    assert sidecar["provenance"]["credentials"]["signed"] is True
+    assert sidecar["provenance"]["ingredients"][0]["sha256"] == checked.ingredients[0]["sha256"]
+
+
+def test_a_recording_with_the_watermark_on_carries_it(tmp_path: Path) -> None:
+    job = Job.parse({**SWAP, "target": "camera", "output": "live.mp4", "sources": [str(demo.source_photo())],
+                     "video": {"watermark": True}}, REGISTRY)  # fmt: skip
+    recorder = Recorder(tmp_path / "take.mp4", 10.0, job, "camera 0", {})
+    for i, frame in enumerate(testcard.frames(640, 480, 10)):
+        recorder.send(Processed(frame, i, i, recorder.start + 0.1 * i, 0, 0, 0, 5, 5, 1))
+    while time.monotonic() < recorder.start + 1.0:
+        time.sleep(0.01)
+    checked = verify.inspect(recorder.finish().output)
+    assert checked.credentials == "valid" and checked.watermark is not None and checked.watermark["found"]
+    assert checked.facestudio is not None and checked.facestudio["watermark"] is True
+
+
+def test_a_recording_with_nothing_processed_or_aborted_leaves_nothing(tmp_path: Path) -> None:
+    job = Job.parse({**SWAP, "target": "camera", "output": "live.mp4"}, REGISTRY)
+    empty = Recorder(tmp_path / "a.mp4", 30.0, job, "camera 0", {})
+    with pytest.raises(InvalidInput, match="^nothing was recorded: no frame was processed while recording$"):
+        empty.finish()
+    aborted = Recorder(tmp_path / "b.mp4", 30.0, job, "camera 0", {})
+    aborted.send(Processed(np.zeros((8, 8, 3), np.uint8), 0, 0, aborted.start, 0, 0, 0, 1, 1, 0))
+    aborted.abort()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(InvalidInput, match=r"cannot write video to .*c\.gif: the extension must be one of"):
+        Recorder(tmp_path / "c.gif", 30.0, job, "camera 0", {})
+
+
+# -- local cameras, sinks and launch.py live --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return testcard.write(tmp_path_factory.mktemp("live") / "camera.mp4", 320, 240, 12, count=36)
+
+
+def test_a_video_file_plays_as_a_camera_in_real_time(clip: Path) -> None:
+    camera = FileCamera(clip)
+    assert (camera.width, camera.height, camera.fps) == (320, 240, 12.0)
+    started = time.monotonic()
+    got = [(pts, testcard.read_counter(frame)) for frame, pts in camera.frames()]
+    elapsed = time.monotonic() - started
+    assert got == [(i, i) for i in range(36)]
+    assert elapsed >= 35 / 12  # delivered at the file's rate, not as fast as it decodes
+
+
+def test_a_camera_that_is_not_there_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match=r"^camera 9 cannot be opened: no such camera, or another program"):
+        open_camera("9")
+    with pytest.raises(InvalidInput, match=r"^--camera nothing\.mp4: not a camera number, and no such video file$"):
+        open_camera("nothing.mp4")
+    photo = tmp_path / "photo.png"
+    video.write_image(photo, demo.photo())
+    with pytest.raises(InvalidInput, match="is an image; --camera takes a camera number or a video file"):
+        open_camera(str(photo))
+
+
+def test_a_missing_virtual_camera_driver_is_said_in_one_line() -> None:
+    pytest.importorskip("pyvirtualcam")
+    if Path("/dev/video0").exists():
+        pytest.skip("this machine has a video device")
+    with pytest.raises(InvalidInput, match=r"^no virtual camera: .*; load the v4l2loopback kernel module"):
+        VirtualCameraSink(30.0).open(320, 240)
+
+
+def test_run_camera_streams_a_file_into_the_test_sink_and_a_recording(clip: Path, tmp_path: Path) -> None:
+    service = Service(REGISTRY)
+    with service.model_lock:
+        renderer = service.live_renderer(SWAP, [demo.source_photo()], fps=12.0)
+    job = renderer.job
+    recorder = Recorder(tmp_path / "rec.mp4", 12.0, job, clip.name, {p.id: p.describe() for p in renderer.chain})
+    summary = run_camera(FileCamera(clip), renderer, service.model_lock, [FolderSink(tmp_path / "frames")],
+                         recorder=recorder)  # fmt: skip
+    lines = [json.loads(line) for line in (tmp_path / "frames" / "frames.jsonl").read_text().splitlines()]
+    assert summary.captured == 36 and summary.processed == len(lines) >= 3
+    assert [line["index"] for line in lines] == list(range(len(lines)))
+    assert all(line["faces"] == 1 for line in lines)
+    # The frames written are the camera's own, in order (counters increasing), each one swapped.
+    counters = [line["pts"] for line in lines]
+    assert counters == sorted(counters) and counters[-1] == 35  # the last frame given is rendered
+    assert summary.recording is not None and summary.recording.frames >= 30
+
+
+def swapped_towards_source(frame: np.ndarray, camera_frame: np.ndarray, analyser: EmbeddedAnalyser) -> bool:
+    """The face on `frame` is closer to the source (Grace Hopper) than to the camera's face (the astronaut)."""
+    source_image = video.read_image(demo.source_photo())[0]
+    (source,) = analyser.embed(source_image, analyser.detect(source_image)[:1])
+    (original,) = analyser.embed(camera_frame, analyser.detect(camera_frame)[:1])
+    (result,) = analyser.embed(frame, analyser.detect(frame)[:1])
+    return analyser.distance(result.embedding, source.embedding) < analyser.distance(
+        result.embedding, original.embedding
+    )
+
+
+def run_cli(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.run(
+        [sys.executable, str(root / "launch.py"), *args],
+        capture_output=True, text=True, timeout=600, cwd=cwd,
+    )  # fmt: skip
+
+
+def test_launch_live_with_a_video_file_as_the_camera_writes_swapped_frames_to_the_sink(tmp_path: Path) -> None:
+    clip = testcard.write(tmp_path / "camera.mp4", 640, 480, 15, count=45)
+    sink = tmp_path / "frames"
+    args = ["--camera", str(clip), "--source", str(demo.source_photo()), "--no-window", "--sink", f"frames:{sink}",
+            "--record", str(tmp_path / "take.mp4"), "--yes"]  # fmt: skip
+    result = run_cli(["live", *args], tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in (sink / "frames.jsonl").read_text().splitlines()]
+    assert lines and all(line["faces"] == 1 for line in lines)
+    assert result.stdout.startswith(f"live: {len(lines)} of 45 camera frames processed (")
+    assert "recorded:" in result.stdout and (tmp_path / "take.mp4.job.json").is_file()
+    analyser = EmbeddedAnalyser("hog")
+    card = testcard.frames(640, 480, 45)
+    last = lines[-1]
+    frame = video.read_image(sink / f"frame-{last['index']:06d}.png")[0]
+    assert testcard.read_counter(frame) == last["pts"] == 44
+    assert swapped_towards_source(frame, card[last["pts"]], analyser)
+
+
+def test_launch_live_stops_after_the_frames_asked_for_and_refuses_what_it_cannot_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In this process (cli.main is what launch.py calls; the test above runs launch.py itself).
+    clip = testcard.write(tmp_path / "camera.mp4", 320, 240, 24, count=240)
+    source = str(demo.source_photo())
+    sink = tmp_path / "frames"
+    done = cli.main(["live", "--camera", str(clip), "--source", source, "--no-window", "--sink", f"frames:{sink}",
+                     "--frames", "3", "--yes"])  # fmt: skip
+    assert done == 0, capsys.readouterr().err
+    assert sorted(p.name for p in sink.iterdir()) == ["frame-000000.png", "frame-000001.png", "frame-000002.png",
+                                                      "frames.jsonl"]  # fmt: skip
+    assert capsys.readouterr().out.startswith("live: 3 of ")
+    refused = {
+        "no source": (["--camera", str(clip), "--no-window", "--yes"], "face_swapper needs a source face"),
+        "no camera": (["--camera", "7", "--source", source, "--yes"], "camera 7 cannot be opened"),
+        "bad sink": (["--camera", str(clip), "--sink", "png:x", "--yes"], "--sink takes frames:FOLDER"),
+        "no consent": (["--camera", str(clip), "--source", source], "acknowledge the responsible-use notice"),
+    }
+    for name, (args, message) in refused.items():
+        code = cli.main(["live", *args])
+        err = capsys.readouterr().err
+        assert code == 2, (name, err)
+        assert err.startswith("error: ") and message in err, (name, err)
+        assert err.count("\n") == 1, (name, err)

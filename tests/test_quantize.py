@@ -1,0 +1,311 @@
+"""int8 graphs (engine/models/quantize.py, engine/models/int8.py): `models quantize` makes a QDQ graph calibrated on
+frames, gates it against the float32 graph on held-out frames, and records it signed; a job at
+runtime.precision=int8 runs it on the CPU, verified like every derived file.
+
+The model is a generated ×2 upscaler with a real frame enhancer's signature (Real-ESRGAN I/O: RGB in [0, 1],
+NCHW, any size) built like SRVGGNetCompact (conv, PReLU, conv, pixel shuffle), pinned by sha256 in a temp
+manifest; its arithmetic is a fixed smooth upscale, so float32 and int8 outputs can be compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from tiny_graphs import write_manifest
+
+import cli
+from engine import media
+from engine.errors import ChecksumMismatch, InvalidInput, ModelUnavailable
+from engine.job import RuntimeSettings
+from engine.models import derived, int8, quantize
+from engine.models.runtime import Runtime
+
+MODEL = "tiny_upscaler"
+
+
+def _upscaler(path: Path) -> bytes:
+    """x (N×3×H×W in [0, 1]) → conv 3→8 (the identity in three channels, a blur in the others), PReLU, conv 8→12
+    that copies the identity channels to each of the 2×2 sub-pixels, DepthToSpace: a nearest ×2 upscale of x
+    (plus nothing: the other channels get weight 0), so the float32 output is exactly the input upscaled."""
+    rng = np.random.default_rng(3)
+    w1 = rng.normal(0, 0.05, (8, 3, 3, 3)).astype(np.float32)
+    w1[:3] = 0.0
+    w1[range(3), range(3), 1, 1] = 1.0
+    w2 = np.zeros((12, 8, 1, 1), np.float32)
+    for c in range(3):
+        w2[c * 4 : c * 4 + 4, c, 0, 0] = 1.0
+    slope = np.full((8, 1, 1), 0.25, np.float32)
+    inits = [
+        numpy_helper.from_array(w1, "w1"),
+        numpy_helper.from_array(np.zeros(8, np.float32), "b1"),
+        numpy_helper.from_array(slope, "slope"),
+        numpy_helper.from_array(w2, "w2"),
+        numpy_helper.from_array(np.zeros(12, np.float32), "b2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1] * 4),
+        helper.make_node("PRelu", ["c1", "slope"], ["p1"]),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], kernel_shape=[1, 1]),
+        helper.make_node("DepthToSpace", ["c2"], ["output"], blocksize=2, mode="CRD"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny_upscaler",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["n", 3, "h2", "w2"])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path.read_bytes()
+
+
+@pytest.fixture
+def catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A manifest with the tiny upscaler (file:// URL, sha256 pinned), a models folder, cache and key of this test's
+    own; returns the models folder."""
+    graph = tmp_path / "src" / "tiny_upscaler.onnx"
+    graph.parent.mkdir()
+    data = _upscaler(graph)
+    extra = f"""
+[io.tiny_upscaler]
+# Real-ESRGAN's I/O, with the signature a downloaded graph declares.
+input = "input"
+output = "output"
+colour = "RGB"
+mean = [0.0, 0.0, 0.0]
+std = [1.0, 1.0, 1.0]
+output_range = [0.0, 1.0]
+inputs = [{{ name = "input", shape = ["n", 3, "h", "w"] }}]
+outputs = [{{ name = "output", shape = ["n", 3, "h2", "w2"] }}]
+
+[models.{MODEL}]
+task = "frame_enhancer"
+title = "tiny ×2 upscaler (test)"
+licence = "MIT"
+commercial_use = true
+homepage = "https://example.invalid/tiny"
+arch = "SRVGGNetCompact"
+scale = 2
+io = "tiny_upscaler"
+tile_pad = 2
+bytes_per_pixel = 256
+
+[[models.{MODEL}.files]]
+format = "onnx"
+filename = "tiny_upscaler.onnx"
+url = "{graph.as_uri()}"
+size = {len(data)}
+sha256 = "{hashlib.sha256(data).hexdigest()}"
+"""
+    manifest = write_manifest(tmp_path / "manifest.toml", {}, extra)
+    models = tmp_path / "models"
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(manifest))
+    monkeypatch.setenv("FACESTUDIO_MODELS", str(models))
+    monkeypatch.setenv("FACESTUDIO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("FACESTUDIO_INTEGRITY_KEY", str(tmp_path / "secret" / "integrity.key"))
+    return models
+
+
+def _calibration(frames: int = 6, seed: int = 0) -> quantize.Calibration:
+    """Smooth random colour frames 96×64 (values across the whole 0–255 range): four calibrate, two are held out."""
+    rng = np.random.default_rng(seed)
+    made = []
+    for _ in range(frames):
+        small = rng.integers(0, 256, (8, 12, 3)).astype(np.uint8)
+        made.append(np.ascontiguousarray(np.kron(small, np.ones((8, 8, 1), np.uint8))))
+    return quantize.Calibration("test", tuple(made[:4]), tuple(made[4:]))
+
+
+def _target(tmp_path: Path) -> Path:
+    path = tmp_path / "in.png"
+    y, x = np.mgrid[0:40, 0:56]
+    media.write_image(path, np.dstack([x * 4, y * 6, (x + y) * 2]).astype(np.uint8))
+    return path
+
+
+def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], precision: str) -> tuple[int, str, Path]:
+    out = tmp_path / f"out_{precision}.png"
+    capsys.readouterr()
+    code = cli.main(
+        ["run", "--target", str(_target(tmp_path)), "--output", str(out), "--processors", "frame_enhancer",
+         "--set", f"frame_enhancer.model={MODEL}", "--set", f"runtime.precision={precision}", "--device", "cpu",
+         "--backend", "onnx", "--yes"]
+    )  # fmt: skip
+    return code, capsys.readouterr().err, out
+
+
+def test_quantize_records_a_signed_graph_that_a_job_runs_within_the_gate(
+    catalogue: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calibration = _calibration()
+    made = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, calibration)
+    assert made.path == int8.graph_path(catalogue, MODEL) and made.path.is_file()
+    assert made.psnr_db >= made.threshold_db == 38.0
+    assert (made.calibrated_on, made.checked_on) == (4, 2)  # 96×64 frames are under a window: fed whole
+    graph = onnx.load(str(made.path))
+    ops = {n.op_type for n in graph.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops and "PRelu" not in ops  # QDQ; PRelu rewritten
+    record = json.loads(derived.record_path(made.path).read_text())
+    assert record["sha256"] == hashlib.sha256(made.path.read_bytes()).hexdigest()
+    (entry,) = json.loads((catalogue / int8.FOLDER / int8.INDEX).read_text())["graphs"]
+    assert entry["model"] == MODEL and entry["calibration"]["sha256"] == calibration.sha256
+    assert entry["gate"]["psnr_db"] == round(made.psnr_db, 2)
+
+    code, err, out = _run(tmp_path, capsys, "int8")
+    assert code == 0, err
+    code, err, reference = _run(tmp_path, capsys, "fp32")
+    assert code == 0, err
+    a, b = media.read_image(out)[0], media.read_image(reference)[0]
+    assert a.shape == b.shape == (80, 112, 3)
+    assert quantize.psnr(b, a, 255.0) >= 38.0 and not np.array_equal(a, b)  # the int8 graph ran, close to fp32
+
+
+def test_a_tampered_int8_graph_is_refused(catalogue: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    made = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())
+    data = bytearray(made.path.read_bytes())
+    data[-1] ^= 0x01
+    made.path.write_bytes(bytes(data))
+    runtime = Runtime(RuntimeSettings(device="cpu", precision="int8"))
+    with pytest.raises(ChecksumMismatch, match=r"modified or corrupt int8 graph of tiny_upscaler.*models quantize"):
+        runtime.load(MODEL, "onnx")
+    code, err, out = _run(tmp_path, capsys, "int8")
+    assert code == 3 and len(err.strip().splitlines()) == 1 and "quantise again" in err
+    assert made.path.is_file() and not out.exists()  # left for the user to inspect; no output
+
+
+def test_a_record_signed_by_another_key_is_refused(
+    catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())
+    monkeypatch.setenv("FACESTUDIO_INTEGRITY_KEY", str(tmp_path / "other" / "integrity.key"))
+    with pytest.raises(ChecksumMismatch, match="no record of being quantised here"):
+        Runtime(RuntimeSettings(device="cpu", precision="int8")).load(MODEL, "onnx")
+
+
+def test_the_gate_refuses_a_graph_calibrated_on_damaged_frames(catalogue: Path) -> None:
+    good = _calibration()
+    # Damaged: the calibration frames are flat dark grey, so the int8 ranges cover a sliver of what the held-out
+    # frames hold and their outputs clip.
+    dark = tuple(np.full_like(f, 12) for f in good.calibrate)
+    damaged = quantize.Calibration("damaged", dark, good.check)
+    with pytest.raises(quantize.GateFailed) as failed:
+        quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, damaged)
+    message = str(failed.value)
+    assert failed.value.exit_code == 3 and "\n" not in message
+    found = re.search(r"by ([\d.]+) dB: ([\d.]+) dB PSNR", message)
+    assert found is not None
+    shortfall, got = (float(v) for v in found.groups())
+    assert got < 38.0 and shortfall == pytest.approx(38.0 - got, abs=0.11)
+    assert not int8.graph_path(catalogue, MODEL).exists() and int8.read_index(catalogue) == {}
+    assert list((catalogue / int8.FOLDER).iterdir()) == []  # no temp folder or graph left
+
+
+def test_int8_without_a_graph_says_how_to_make_one(
+    catalogue: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err, out = _run(tmp_path, capsys, "int8")
+    assert code == 3
+    (line,) = err.strip().splitlines()
+    assert f"python launch.py models quantize {MODEL}" in line and "runtime.precision=int8" in line
+    assert not out.exists()
+
+
+def test_a_graph_made_from_another_file_is_not_used(catalogue: Path) -> None:
+    quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())
+    index = catalogue / int8.FOLDER / int8.INDEX
+    data = json.loads(index.read_text())
+    data["graphs"][0]["source"] = "0" * 64
+    index.write_text(json.dumps(data))
+    with pytest.raises(ModelUnavailable, match="made from another file"):
+        Runtime(RuntimeSettings(device="cpu", precision="int8")).load(MODEL, "onnx")
+
+
+def test_quantize_command_prints_the_gate_and_a_non_face_model_is_refused(
+    catalogue: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    for i, frame in enumerate(_calibration(8, seed=1).calibrate + _calibration(8, seed=1).check):
+        media.write_image(folder / f"{i:02d}.png", frame)
+    capsys.readouterr()
+    assert cli.main(["models", "quantize", MODEL, "--calibration", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"quantised {MODEL} →" in out and "dB PSNR against fp32" in out and "gate 38 dB" in out
+    with pytest.raises(InvalidInput, match="int8 graphs are made of"):
+        quantize.quantize(Runtime(RuntimeSettings(device="cpu")), "landmark_warp", _calibration())
+    assert cli.main(["models", "quantize", MODEL, "--calibration", str(tmp_path / "nowhere")]) == 2
+
+
+def test_legacy_fp16_setting_reads_as_precision() -> None:
+    assert RuntimeSettings.model_validate({"fp16": False}).precision == "fp32"
+    assert RuntimeSettings.model_validate({"fp16": True}).precision == "fp16"
+    assert RuntimeSettings.model_validate({"fp16": False, "precision": "int8"}).precision == "int8"
+    assert RuntimeSettings().fp16 is True and RuntimeSettings(precision="fp32").fp16 is False
+
+
+def test_prelu_rewrite_is_the_same_function(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    path = tmp_path / "g.onnx"
+    _upscaler(path)
+    rewritten = tmp_path / "r.onnx"
+    rewritten.write_bytes(path.read_bytes())
+    assert quantize.rewrite_prelu(rewritten) == 1
+    x = np.random.default_rng(0).normal(0, 1, (1, 3, 10, 12)).astype(np.float32)
+    a, b = (ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+            for p in (path, rewritten))  # fmt: skip
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_benchmark_at_int8_measures_each_int8_graph_against_fp32(catalogue: Path) -> None:
+    from engine import benchmark
+    from processors import REGISTRY, build_chain
+
+    quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())
+    raw = {
+        "processors": ["frame_enhancer"],
+        "frame_enhancer": {"model": MODEL},
+        "runtime": {"precision": "int8", "device": "cpu", "backend": "onnx"},
+    }
+    result = benchmark.run(raw, resolution="180p", frames=4, registry=REGISTRY, build_chain=build_chain)
+    (row,) = result["int8"]
+    assert result["precision"] == "int8" and row["model"] == MODEL and row["per"] == "frame"
+    assert row["calls"] == 4 and row["fp32_ms"] > 0 and row["int8_ms"] > 0
+    assert row["ratio"] == round(row["int8_ms"] / row["fp32_ms"], 3) and row["psnr_db"] >= row["gate_db"] == 38.0
+    assert "int8 against fp32" in benchmark.table(result)
+    fp32 = benchmark.run({**raw, "runtime": {**raw["runtime"], "precision": "fp32"}}, resolution="180p", frames=2,
+                         registry=REGISTRY, build_chain=build_chain)  # fmt: skip
+    assert fp32["int8"] == [] and fp32["precision"] == "fp32"
+
+
+def test_a_face_enhancer_is_calibrated_on_the_demo_faces_and_gated_at_35_db(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GFPGAN's real signature (a generated graph, 512 px crops on the ffhq template): calibrated on the faces the
+    embedded analyser finds on the demo media, the portrait held out; the gate for face models is 35 dB."""
+    import tiny_graphs
+
+    from engine.models.manifest import Manifest
+
+    real = Manifest.load()
+    graph = tmp_path / "src" / "GFPGANv1.4.onnx"
+    tiny_graphs.enhancer(graph, real.get("gfpgan_1_4").io, 512)
+    manifest = write_manifest(tmp_path / "manifest.toml", {"gfpgan_1_4": (graph, "GFPGANv1.4.onnx")})
+    monkeypatch.setenv("FACESTUDIO_MANIFEST", str(manifest))
+    monkeypatch.setenv("FACESTUDIO_MODELS", str(tmp_path / "models"))
+    monkeypatch.setenv("FACESTUDIO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("FACESTUDIO_INTEGRITY_KEY", str(tmp_path / "secret" / "integrity.key"))
+    made = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), "gfpgan_1_4")
+    assert made.threshold_db == 35.0 and made.psnr_db >= 35.0 and made.calibration == "demo"
+    assert made.calibrated_on >= 4 and made.checked_on >= 2  # faces found on the clip's frames and the portrait
+    loaded = Runtime(RuntimeSettings(device="cpu", precision="int8")).load("gfpgan_1_4", "onnx")
+    assert loaded.quantized == made.path and loaded.describe()["precision"] == "int8"
