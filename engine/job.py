@@ -223,8 +223,10 @@ class FacesSettings(_Settings):
         default=(),
         description="map: person number → positions of their images in the sources (`run --map N=IMAGE`)",
     )
+    # One sample a second costs under a tenth of a render at common frame rates; someone on screen for less may
+    # be missed by the scan (a run still numbers them, after the scanned people).
     scan_every: Annotated[float, Shown(unit="s", advanced=True)] = Field(
-        default=0.5,
+        default=1.0,
         gt=0.0,
         le=60.0,
         allow_inf_nan=False,

@@ -151,7 +151,7 @@ class Scan:
         return np.ascontiguousarray(np.concatenate(row[:-1], axis=1))
 
 
-def scan(analyser: FaceAnalyser, target: Path, every: float = 0.5) -> Scan:
+def scan(analyser: FaceAnalyser, target: Path, every: float = 1.0) -> Scan:
     """Find the people of `target` (an image, or a video sampled every `every` seconds from its first frame, at
     most MAX_SAMPLES frames): detect and embed the faces of each sampled frame and group them into people.
 
