@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--target", type=Path, help="image or video to process")
     run.add_argument("--output", type=Path, help="where to write the result (same kind as the target)")
     run.add_argument("--source", type=Path, action="append", default=[], help="source face image (repeatable)")
+    run.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="N=IMAGE[,IMAGE…]",
+        help="put these source images on person N of the target (numbers: `faces scan`); repeatable; people not "
+        "mapped are left as they are",
+    )
     run.add_argument("--processors", nargs="+", metavar="ID", help=f"chain, in order: {', '.join(registry())}")
     run.add_argument("--preset", help="preset name (presets/NAME.toml) or TOML file; default: 'default'")
     run.add_argument(
@@ -107,6 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sign-cert", type=Path, metavar="PEM", help="certificate chain to sign the Content Credentials")
     run.add_argument("--sign-key", type=Path, metavar="PEM", help="its private key (default: this installation's key)")
     run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    faces = sub.add_parser("faces", help="the people in a target")
+    fsub = faces.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    fscan = fsub.add_parser("scan", help="list the people of a target, with a picture of each (renders nothing)")
+    fscan.add_argument("--target", type=Path, required=True, help="image or video to look at")
+    fscan.add_argument("--json", action="store_true", help="print the people as JSON")
+    fscan.add_argument(
+        "--sheet", type=Path, metavar="PNG", help="where the pictures go (default: TARGET-NAME.people.png here)"
+    )
+    fscan.add_argument("--preset", help="take the faces settings from this preset (analyser, detector, scan_every)")
+    fscan.add_argument("--set", action="append", default=[], metavar="faces.FIELD=VALUE", help="override one")
 
     models = sub.add_parser("models", help="list, fetch and verify model files")
     msub = models.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -227,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         handler = {
             "run": cmd_run,
+            "faces": cmd_faces,
             "models": cmd_models,
             "presets": cmd_presets,
             "ui": cmd_ui,
@@ -303,7 +323,27 @@ def job_from_args(args: argparse.Namespace) -> Job:
             raw[key] = str(value)
     if args.source:
         raw["sources"] = [str(p) for p in args.source]
+    if args.map:
+        if args.source:
+            raise UsageError("give each person's images with --map N=IMAGE, not --source as well")
+        sources, people = people_map(args.map)
+        raw["sources"] = sources
+        raw["faces"] = {**raw.get("faces", {}), "selector": "map", "people": people}
     return Job.parse(raw, registry())
+
+
+def people_map(items: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """`--map N=IMAGE[,IMAGE…]` items as the job's sources and `faces.people` (each person's images by position)."""
+    sources: list[str] = []
+    people: list[dict[str, Any]] = []
+    for item in items:
+        number, sep, images = item.partition("=")
+        paths = [p.strip() for p in images.split(",") if p.strip()]
+        if not sep or not number.strip().isdigit() or not paths:
+            raise UsageError(f"--map takes N=IMAGE[,IMAGE…] with N a person's number (see `faces scan`), got {item!r}")
+        people.append({"person": int(number), "sources": list(range(len(sources), len(sources) + len(paths)))})
+        sources += paths
+    return sources, people
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -389,6 +429,36 @@ def _download_progress(item: fetch.Downloadable) -> Callable[[int, int | None], 
             bar.close()
 
     return update
+
+
+# -- faces ----------------------------------------------------------------------------------------------------
+def cmd_faces(args: argparse.Namespace) -> int:
+    """`faces scan`: the people of a target (sampled frames, nothing rendered), their pictures in one PNG sheet."""
+    from engine import media
+
+    raw = load_preset_raw(args.preset or "default")
+    for item in args.set:
+        if not item.strip().startswith("faces."):
+            raise UsageError(f"faces scan takes only faces settings (--set faces.FIELD=VALUE), got {item!r}")
+    preset = Preset.parse(apply_overrides(raw, args.set, registry()), registry())
+    found = service().people(args.target, preset.faces, preset.runtime, downloads=_download_progress)
+    sheet = args.sheet or Path.cwd() / f"{args.target.name}.people.png"
+    media.write_image(sheet, found.sheet())
+    if args.json:
+        print(json.dumps({"target": str(args.target), **found.describe(), "sheet": str(sheet)}, indent=2))
+        return 0
+    every = preset.faces.scan_every
+    print(f"{args.target.name}: {found.who()} on {len(found.sampled)} sampled of {found.frames} frames "
+          f"(every {every:g} s)")  # fmt: skip
+    for person in found.people:
+        span = f"{person.first:.1f}–{person.last:.1f} s" if person.last > person.first else f"{person.first:.1f} s"
+        print(f"  person {person.number}: seen on {len(person.frames)} sampled frames, {span}, best picture at "
+              f"frame {person.frame}, thumbnail {person.thumbnail_hash}")  # fmt: skip
+    print(f"pictures: {sheet}")
+    if found.people:
+        example = " ".join(f"--map {p.number}=IMAGE" for p in found.people[:2])
+        print(f"map them: python launch.py run --target {args.target} --output OUT {example}")
+    return 0
 
 
 # -- models ---------------------------------------------------------------------------------------------------

@@ -54,10 +54,12 @@ def process_checked(
     limit: BatchLimit | None = None,
 ) -> list[Frame]:
     """Run a batch through the chain; identity QA (`check`) looks at the frames right after the last face
-    processor (a later processor, such as an upscaler, changes the size QA compares at)."""
-    if check is None:
+    processor (a later processor, such as an upscaler, changes the size QA compares at; one that only draws, the
+    face debugger, would have QA measure its drawing)."""
+    changing = [i for i, p in enumerate(chain) if p.needs_faces and not p.draws_only]
+    if check is None or not changing:
         return process_batch(chain, frames, ctxs, limit)
-    split = max(i for i, p in enumerate(chain) if p.needs_faces) + 1
+    split = changing[-1] + 1
     swapped = process_batch(chain[:split], frames, ctxs, limit)
     for before, after, ctx in zip(frames, swapped, ctxs, strict=True):
         check(ctx.index, before, after, ctx.faces)

@@ -172,11 +172,29 @@ class RuntimeSettings(_Settings):
         return self.precision == "fp16"
 
 
+class PersonSources(_Settings):
+    """One person of the target (a number `faces scan` lists) and the source images put on them: positions in
+    the job's `sources` (several images of one person are averaged into one identity). `thumbnail`: the hash of
+    the person's picture in the scan the mapping was made from; when given, a run whose scan gives that number to
+    another face is refused instead of swapping the wrong person. No path: a preset or sidecar names people by
+    number and picture, the job's sources say where the images are."""
+
+    person: int = Field(ge=0, description="the person's number (`launch.py faces scan`)")
+    sources: tuple[Annotated[int, Field(ge=0)], ...] = Field(
+        min_length=1, description="which of the job's sources are this person's (0-based positions)"
+    )
+    thumbnail: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{16}$", description="the scan's picture hash of the person, checked"
+    )
+
+
 class FacesSettings(_Settings):
     """Which faces every face processor works on, and how they are found (one group for the whole chain).
 
     reference_distance: faces closer than this to the reference are selected, in the analyser's own metric
     (None = the analyser's same-person threshold: dlib 0.6 euclidean, ArcFace 0.6 cosine distance).
+    people: with selector "map", the mapped people and their sources; everyone else is left as they are.
+    scan_every: seconds between the frames sampled to find a video's people (`faces scan`, the map selector).
     """
 
     analyser: Literal["embedded", "buffalo_l"] = Field(
@@ -186,7 +204,8 @@ class FacesSettings(_Settings):
         default="hog", description="embedded analyser: HOG (fast) or CNN (slow)"
     )
     selector: Selector = Field(
-        default="one", description="one face (by order), every face, or faces like the reference"
+        default="one",
+        description="one face (by order), every face, faces like the reference, or map: a source per person",
     )
     order: Annotated[Order, Shown(when={"selector": ("one",)})] = Field(
         default="largest", description="which face `one` takes first"
@@ -200,6 +219,19 @@ class FacesSettings(_Settings):
     reference_distance: Annotated[float | None, Shown(when={"selector": ("reference",)})] = Field(
         default=None, gt=0.0, description="same-person threshold (empty: the analyser's)"
     )
+    people: Annotated[tuple[PersonSources, ...], Shown(when={"selector": ("map",)})] = Field(
+        default=(),
+        description="map: person number → positions of their images in the sources (`run --map N=IMAGE`)",
+    )
+    # One sample a second costs under a tenth of a render at common frame rates; someone on screen for less may
+    # be missed by the scan (a run still numbers them, after the scanned people).
+    scan_every: Annotated[float, Shown(unit="s", advanced=True)] = Field(
+        default=1.0,
+        gt=0.0,
+        le=60.0,
+        allow_inf_nan=False,
+        description="people: seconds between the frames sampled to find who is in a video",
+    )
     redetect_every: Annotated[int, Shown(unit="frames", advanced=True)] = Field(
         default=10, ge=1, le=1000, description="frames between full detections"
     )
@@ -208,6 +240,15 @@ class FacesSettings(_Settings):
         ge=0,
         description="identity QA on every Nth processed frame, and on every frame of a stretch it flags (0 = off)",
     )
+
+    @field_validator("people")
+    @classmethod
+    def _each_person_once(cls, value: tuple[PersonSources, ...]) -> tuple[PersonSources, ...]:
+        numbers = [p.person for p in value]
+        twice = sorted({n for n in numbers if numbers.count(n) > 1})
+        if twice:
+            raise ValueError(f"person {twice[0]} is mapped twice; give all of a person's images in one entry")
+        return value
 
 
 SETTINGS_GROUPS: Mapping[str, type[_Settings]] = MappingProxyType(

@@ -24,7 +24,7 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-Kind = Literal["choice", "open_choice", "switch", "slider", "number", "text"]
+Kind = Literal["choice", "multi", "open_choice", "switch", "slider", "number", "text"]
 # A condition's allowed values: a fixed tuple, or a function giving them when asked (e.g. from the catalogue,
 # which can be swapped with $FACESTUDIO_MANIFEST).
 Values = Sequence[Any] | Callable[[], Sequence[Any]]
@@ -34,7 +34,8 @@ Values = Sequence[Any] | Callable[[], Sequence[Any]]
 class Shown:
     """How a setting is shown and when it applies.
 
-    when: the option applies only while each named sibling field holds one of the given values (all must hold).
+    when: the option applies only while each named sibling field holds one of the given values (all must hold);
+        a multi-choice sibling holds a value when it includes it.
     unless: ... and while none of these named fields holds one of the given values.
     unit: shown after the value (``%``, ``px``, ``s``, ``fps``, ``× input``); None for plain numbers and text.
     models: the field's values are ids of the catalogue's models of this task: front ends label them with
@@ -81,23 +82,32 @@ class Shown:
     def applies(self, values: Mapping[str, Any]) -> bool:
         """Whether the option applies given its siblings' current `values` (missing names count as holding)."""
         for name, allowed in self.when.items():
-            if name in values and values[name] not in _values(allowed):
+            if name in values and not _holds(values[name], _values(allowed)):
                 return False
-        return all(not (name in values and values[name] in _values(banned)) for name, banned in self.unless.items())
+        return all(
+            not (name in values and _holds(values[name], _values(banned))) for name, banned in self.unless.items()
+        )
 
 
 def _values(values: Values) -> Sequence[Any]:
     return values() if callable(values) else values
 
 
+def _holds(value: Any, values: Sequence[Any]) -> bool:
+    """Whether a field's value is one of `values`; a multi-choice value (a tuple or list) when it includes one."""
+    if isinstance(value, tuple | list | set | frozenset):
+        return any(item in values for item in value)
+    return value in values
+
+
 @dataclass(frozen=True)
 class OptionView:
     """One setting as a front end shows it.
 
-    kind: choice (a closed set: dropdown), open_choice (usual values, others allowed), switch (bool), slider (a
-    number bounded on both sides, within 1000 steps), number (other numbers), text. choices: the values of a
-    choice or open_choice (None otherwise). low/high: bounds (None
-    where open). step: the slider's step. optional: an empty value means "the default" (None).
+    kind: choice (a closed set: dropdown), multi (any number of a closed set: checkboxes), open_choice (usual
+    values, others allowed), switch (bool), slider (a number bounded on both sides, within 1000 steps), number
+    (other numbers), text. choices: the values of a choice, multi or open_choice (None otherwise). low/high:
+    bounds (None where open). step: the slider's step. optional: an empty value means "the default" (None).
     """
 
     name: str
@@ -120,6 +130,8 @@ class OptionView:
         """One line for the CLI's settings help: values or range, unit, default and when it applies."""
         if self.kind == "choice":
             what = " | ".join(str(c) for c in self.choices or ())
+        elif self.kind == "multi":
+            what = "any of " + ", ".join(str(c) for c in self.choices or ()) + " (comma-separated)"
         elif self.kind == "open_choice":
             what = " | ".join(str(c) for c in self.choices or ()) + " | …"
         elif self.kind == "switch":
@@ -133,7 +145,10 @@ class OptionView:
         if self.optional:
             what += " (empty: default)"
         unit = f" {self.shown.unit}" if self.shown.unit else ""
-        parts = [f"{what}{unit}", f"default {self.default!r}" if self.default is not None else "default: none"]
+        default = f"default {self.default!r}" if self.default is not None else "default: none"
+        if self.kind == "multi":
+            default = f"default {','.join(map(str, self.default)) or '(none)'}"
+        parts = [f"{what}{unit}", default]
         if condition := self.shown.condition():
             parts.append(f"applies when {condition}")
         if self.description:
@@ -184,6 +199,10 @@ def view(name: str, info: FieldInfo, model_choices: Callable[[str], Sequence[str
     }
     if typing.get_origin(annotation) is Literal:
         return OptionView(kind="choice", choices=typing.get_args(annotation), **common)
+    if typing.get_origin(annotation) is tuple:
+        item, *rest = typing.get_args(annotation)
+        if rest == [Ellipsis] and typing.get_origin(item) is Literal:
+            return OptionView(kind="multi", choices=typing.get_args(item), **common)
     if meta.models and model_choices is not None:
         return OptionView(kind="choice", choices=tuple(model_choices(meta.models)), **common)
     if meta.suggest:

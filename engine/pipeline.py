@@ -163,7 +163,8 @@ def _report(
         faces_processed=faces.faces if faces else 0,
         frames_without_face=faces.empty_frames if faces else None,
         identity=faces.qa.summary() if faces and faces.qa else None,
+        people=faces.stage.people_record() if faces else None,
         segments=segmented,
         provenance=sealing.describe(),
-        notes=(*notes, *sealing.notes()),
+        notes=(*notes, *sealing.notes(), *(note for p in chain for note in p.notes)),
     )

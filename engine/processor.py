@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
@@ -44,6 +44,8 @@ class FrameContext:
     frames of a variable-rate video carry their real times; a resampled output's frame, the time of its slot;
     0.0 for an image); None where no time is known. original: the input frame as read from the target, before
     any processor of the chain (the one `faces` were found on; None where the caller does not give it).
+    people: with `faces.selector = "map"`, each mapped person's own source identity by person number (a face's
+    `person`); empty otherwise. `source_for(face)` is the identity a processor puts on a face.
     """
 
     index: int
@@ -51,14 +53,25 @@ class FrameContext:
     source: Any = None
     time: float | None = None
     original: Frame | None = None
+    people: Mapping[int, Any] = field(default_factory=dict)
+
+    def source_for(self, face: Face) -> Any:
+        """The source identity to put on `face`: its person's own where the job maps people, else the job's."""
+        if face.person is not None and face.person in self.people:
+            return self.people[face.person]
+        return self.source
 
 
 class BoundJob(Protocol):
     """What a processor may read of its job (`engine.job.Job` is one; a protocol so this module, which the job
-    module builds on, does not import it back): the target and the source images as given."""
+    module builds on, does not import it back): the target and the source images as given, the chain's processor
+    ids and options, and the faces settings (`engine.job.FacesSettings`)."""
 
     target: Path
     sources: tuple[Path, ...]
+    processors: tuple[str, ...]
+    options: Mapping[str, ProcessorOptions]
+    faces: Any
 
 
 class FrameProcessor(ABC, Generic[OptionsT]):
@@ -73,10 +86,18 @@ class FrameProcessor(ABC, Generic[OptionsT]):
     Options: ClassVar[type[ProcessorOptions]]
     needs_faces: ClassVar[bool] = False
     needs_source: ClassVar[bool] = False
+    # A processor that only draws on the frames (the face debugger): it may follow one that resizes them (it
+    # scales the faces), and identity QA measures the frames before it.
+    draws_only: ClassVar[bool] = False
     # Set by a processor that reads each frame's time in a video (an image target is refused before any work).
     needs_video: ClassVar[bool] = False
     # Set by a processor whose current options need 68-point landmarks (the buffalo_l analyser has only 5).
     needs_landmarks68: bool = False
+    # Set by a processor that reads each face's person number and identity (`Face.person`, `Face.embedding`):
+    # the face stage then groups tracks into people even when the selector does not need it.
+    needs_people: bool = False
+    # What a processor found worth telling the user about its run (a fallback it took); the run report lists them.
+    notes: tuple[str, ...] = ()
 
     def __init__(self, options: OptionsT, runtime: Runtime) -> None:
         self.options = options

@@ -50,8 +50,13 @@ class Faces:
             yield (
                 frame,
                 FrameContext(
-                    index=index, faces=found, source=self.stage.source, time=_time(times, index), original=frame
-                ),
+                    index=index,
+                    faces=found,
+                    source=self.stage.source,
+                    time=_time(times, index),
+                    original=frame,
+                    people=self.stage.cast,
+                ),  # fmt: skip
             )
 
     def count(self, ctxs: Iterable[FrameContext]) -> None:
@@ -73,7 +78,7 @@ def face_stage(
         return None
     for i, processor in enumerate(chain):
         resizing = [p.id for p in chain[:i] if p.output_size(info.width, info.height) != (info.width, info.height)]
-        if processor.needs_faces and resizing:
+        if processor.needs_faces and resizing and not processor.draws_only:
             raise InvalidJob(
                 f"{processor.id} must come before {', '.join(resizing)}: faces are found on the input frame"
             )
@@ -86,10 +91,13 @@ def face_stage(
             f"{names} needs 68-point landmarks, which buffalo_l does not give: use faces.analyser=embedded"
         )
     # Tracking smooths over seconds, so it needs the rate of the frames it sees: the output rate.
-    stage = FaceStage.create(job.faces, runtime, job.sources, job.target, fps=float(span.rate))
+    people = any(p.needs_people for p in chain)
+    stage = FaceStage.create(job.faces, runtime, job.sources, job.target, fps=float(span.rate), people=people)
     qa = None
-    if stage.source is not None and job.faces.qa_every > 0:
-        qa = IdentityQA(stage.analyser, stage.source.embedding, every=job.faces.qa_every)
+    if (stage.source is not None or stage.cast) and job.faces.qa_every > 0:
+        source = stage.source.embedding if stage.source is not None else None
+        cast = {person: identity.embedding for person, identity in stage.cast.items()}
+        qa = IdentityQA(stage.analyser, source, every=job.faces.qa_every, people=cast)
     return Faces(stage, qa)
 
 

@@ -24,6 +24,8 @@ class RunReport:
     faces_processed: int = 0
     frames_without_face: int | None = None
     identity: dict[str, Any] | None = None
+    # The target's people (`FaceStage.people_record`) where the run grouped faces into people.
+    people: list[dict[str, Any]] | None = None
     # A video's segments: count, segment_frames, reused (indexes finished by an interrupted run) and
     # frames_processed (by this run; the rest were reused); a run whose segments went to a cluster
     # (`engine.cluster`) adds `cluster`: per segment it processed, the worker (host:pid) and the attempts it took.

@@ -26,7 +26,8 @@ from engine import pipeline
 from engine.catalogue import Catalogue
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
-from engine.faces.stage import build_analyser
+from engine.faces.people import Scan
+from engine.faces.stage import build_analyser, scan_target
 from engine.job import FacesSettings, Job, Preset, RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import ProgressFactory, Runtime
@@ -315,6 +316,22 @@ class Service:
     def find_faces(self, image: Frame, settings: FacesSettings) -> list[Face]:
         """Every face on `image` (H×W×3 uint8 RGB), largest first as the analyser orders them."""
         return self.analyser(settings).detect(image)
+
+    def people(
+        self,
+        target: Path,
+        settings: FacesSettings,
+        runtime: RuntimeSettings | None = None,
+        downloads: ProgressFactory | None = None,
+    ) -> Scan:
+        """The people of `target` as `faces scan` finds them (`engine.faces.people.scan`), kept per runtime: the
+        previews and runs of these runtime settings (default: the default ones) number people from the same scan.
+        Refused over `max_pixels` like a run. `downloads`: progress of an analyser's model download."""
+        runtime_settings = runtime or RuntimeSettings()
+        info = video.probe(target)
+        _check_pixels(target, info.width, info.height, runtime_settings.max_pixels)
+        warm = self._runtime_for_models(runtime_settings, downloads)
+        return scan_target(settings, warm, build_analyser(settings, warm), Path(target))
 
     # -- models -------------------------------------------------------------------------------------------------
     def manifest(self) -> Manifest:

@@ -66,6 +66,8 @@ def sidecar_text(job: Job, report: RunReport, info: MediaInfo, span: Span) -> st
         "batch": report.batch,
         "seconds": round(report.seconds, 3),
     }
+    if report.people is not None:
+        data["faces"]["people"] = report.people
     if report.segments is not None:
         data["segments"] = report.segments
     if report.provenance is not None:
@@ -99,6 +101,10 @@ def _replayable(job: Job, report: RunReport) -> dict[str, Any]:
     backends = {d["backend"] for d in report.processors.values() if d.get("backend") in ("onnx", "torch")}
     if len(backends) == 1:
         raw["runtime"]["backend"] = backends.pop()
+    # A replay checks that each mapped person is still the face the mapping was made for (`faces.people`).
+    hashes = {p["person"]: p["thumbnail"] for p in report.people or ()}
+    for entry in raw["faces"].get("people", ()):
+        entry["thumbnail"] = entry.get("thumbnail") or hashes.get(entry["person"])
     return raw
 
 

@@ -30,6 +30,8 @@ class Face:
     embedding: the recogniser's identity vector (ArcFace: L2-normalised 512-d; dlib: its raw 128-d descriptor,
         whose euclidean metric and 0.6 threshold are defined on raw vectors), or None when no recogniser ran.
     recogniser: id of the model that produced `embedding`; embeddings of different recognisers are never compared.
+    person: the person number the face stage gave the face (faces of one person across a video share it; the
+        numbers `faces scan` lists), or None where faces are not grouped into people.
     """
 
     box: tuple[float, float, float, float]
@@ -38,6 +40,7 @@ class Face:
     landmarks68: npt.NDArray[np.float32] | None = None
     embedding: npt.NDArray[np.float32] | None = None
     recogniser: str | None = None
+    person: int | None = None
 
 
 def check_frame(frame: object) -> Frame:

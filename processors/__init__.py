@@ -15,6 +15,7 @@ from engine.job import Job
 from engine.models.runtime import Runtime
 from engine.processor import FrameProcessor
 from processors.expression_restorer import ExpressionRestorer
+from processors.face_debugger import FaceDebugger
 from processors.face_enhancer import FaceEnhancer
 from processors.face_swapper import FaceSwapper
 from processors.frame_enhancer import FrameEnhancer
@@ -28,6 +29,7 @@ _BUILTIN: tuple[type[FrameProcessor], ...] = (
     LipSyncer,
     FaceEnhancer,
     FrameEnhancer,
+    FaceDebugger,
 )
 
 

@@ -13,15 +13,16 @@ from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from engine.faces.align import estimate_affine, transform_points
-from engine.faces.masks import crop_mask
+from engine.faces import masker
+from engine.faces.align import estimate_affine, transform_points, warp_face
+from engine.faces.masker import Masker, MaskKinds, Regions
 from engine.models.executor import Executor, Frames, Images, executor_for
 from engine.models.runtime import LoadedModel, Runtime
 from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Face, Frame
+from engine.types import Face, Frame, Mask
 
 EMBEDDED = "real_esrgan_face"
 # The aligned crop the embedded model restores: 128 px in, ×4 out = 512 px on the ffhq_512 template.
@@ -56,14 +57,36 @@ class FaceEnhancerOptions(ProcessorOptions):
     blend: Annotated[int, Shown(unit="%")] = Field(
         default=80, ge=0, le=100, description="% of the restored face over the original"
     )
-    mask: Literal["box", "face"] = Field(default="face", description="feathered box, or cut to the face outline")
+    mask: MaskKinds = Field(
+        default=("box", "face"),
+        description="paste-back masks, multiplied: feathered box, face outline (68 landmarks), occlusion (what "
+        "covers the face stays: XSeg, download), region (only the chosen parts of the face)",
+    )
     mask_padding: Annotated[float, Shown(when={"mask": ("box",)}, unit="%")] = Field(
         default=0.0, ge=0.0, le=40.0, description="box padding, % of the crop"
     )
     mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="mask feather, fraction of the crop")
+    mask_regions: Annotated[Regions, Shown(when={"mask": ("region",)})] = Field(
+        default=masker.REGIONS, description="region mask: the parts of the face that are restored"
+    )
+    occluder: Annotated[Literal[masker.OCCLUDERS], Shown(when={"mask": ("occlusion",)}, models="face_occluder")] = (  # type: ignore[valid-type]
+        Field(default="xseg_1", description="occlusion mask: the XSeg model (GPL-3.0, download)")
+    )
+    parser: Annotated[Literal["auto", *masker.PARSERS], Shown(when={"mask": ("region",)})] = Field(  # type: ignore[valid-type]
+        default="auto",
+        description="region mask: the BiSeNet face parser (download); auto: one already here, else the landmarks",
+    )
     batch: Annotated[int, Shown(unit="faces", advanced=True)] = Field(
         default=4, ge=1, le=64, description="faces per model call"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_mask(cls, raw: Any) -> Any:
+        """Earlier releases named the mask by one word: "box", or "face" (the box cut to the outline)."""
+        if isinstance(raw, dict) and isinstance(raw.get("mask"), str) and raw["mask"] in ("box", "face"):
+            raw = {**raw, "mask": ("box",) if raw["mask"] == "box" else ("box", "face")}
+        return raw
 
 
 class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
@@ -78,6 +101,12 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
         super().__init__(options, runtime)
         self.model_id = self.resolve(options, runtime)
         self.loaded: LoadedModel = runtime.load(self.weights_id(options, self.model_id), options.backend)
+        self.masker = Masker(
+            runtime, self.id, options.mask, padding=options.mask_padding, blur=options.mask_blur,
+            regions=options.mask_regions, occluder=options.occluder, parser=options.parser, backend=options.backend,
+        )  # fmt: skip
+        self.notes = self.masker.notes
+        self.needs_landmarks68 = self.masker.needs_landmarks68
 
     @staticmethod
     def resolve(options: FaceEnhancerOptions, runtime: Runtime) -> str:
@@ -95,14 +124,19 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
     def model_ids(cls, options: ProcessorOptions) -> list[str]:
         opts: FaceEnhancerOptions = options  # type: ignore[assignment]
         model = EMBEDDED if opts.model == "auto" else opts.model
-        return [cls.weights_id(opts, model)]
+        return [cls.weights_id(opts, model), *masker.model_ids(opts.mask, opts.occluder, opts.parser)]
 
     def describe(self) -> dict[str, Any]:
-        return {**self.loaded.describe(), "enhancer": self.model_id, "options": self.options.model_dump(mode="json")}
+        return {
+            **self.loaded.describe(),
+            "enhancer": self.model_id,
+            "options": self.options.model_dump(mode="json"),
+            "masks": self.masker.describe(),
+        }
 
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
         """Restore the faces of every frame (H×W×3 uint8 RGB); faces of all frames go through the model together,
-        on the device the model runs on (`engine.models.executor`)."""
+        on the device the model runs on (`engine.models.executor`), and so do their masks (one call per chunk)."""
         jobs = [(i, face) for i, ctx in enumerate(ctxs) for face in ctx.faces]
         if not jobs:
             return list(frames)
@@ -112,16 +146,40 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
         for start in range(0, len(jobs), step):
             chunk = jobs[start : start + step]
             affines, restored, size = self._restore(executor, batch, chunk)
-            masks = []
-            for (_, face), affine in zip(chunk, affines, strict=True):
-                points = None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
-                mask = crop_mask(
-                    size, points, kind=self.options.mask, padding=self.options.mask_padding,
-                    blur=self.options.mask_blur,
-                )  # fmt: skip
-                masks.append(mask * (self.options.blend / 100.0))
-            batch.paste([(i, affine) for (i, _), affine in zip(chunk, affines, strict=True)], restored, masks)
+            placed = [(i, affine) for (i, _), affine in zip(chunk, affines, strict=True)]
+            # The masks are made on the faces as they are (the paste-back crop of the input), all in one call.
+            originals = executor.host(batch.cut(placed, size))
+            points = [
+                None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
+                for (_, face), affine in zip(chunk, affines, strict=True)
+            ]
+            masks = [mask * (self.options.blend / 100.0) for mask in self.masker(originals, points)]
+            batch.paste(placed, restored, masks)
         return batch.result()
+
+    def frame_masks(self, frame: Frame, faces: Sequence[Face]) -> list[Mask]:
+        """Each face's paste-back mask on `frame` (H×W float32 in [0, 1]: how much of the restored face a pixel
+        takes), as `process` makes it (for the face debugger)."""
+        if not faces:
+            return []
+        template, size = self._crop()
+        affines = [estimate_affine(f.landmarks5, template, size) for f in faces]
+        crops = np.stack([warp_face(frame, m, size) for m in affines])
+        points = [
+            None if f.landmarks68 is None else transform_points(f.landmarks68, m)
+            for f, m in zip(faces, affines, strict=True)
+        ]
+        weight = self.options.blend / 100.0
+        return [
+            masker.to_frame(m, a, frame.shape) * weight
+            for m, a in zip(self.masker(crops, points), affines, strict=True)
+        ]
+
+    def _crop(self) -> tuple[str, int]:
+        """The template and size (px) of the crop the restored face is pasted back from."""
+        if self.model_id == EMBEDDED:
+            return EMBEDDED_TEMPLATE, EMBEDDED_SIZE
+        return self.loaded.spec.template or EMBEDDED_TEMPLATE, self.loaded.spec.input_size or EMBEDDED_SIZE
 
     def _restore(
         self, executor: Executor, batch: Frames, chunk: list[tuple[int, Face]]
@@ -131,8 +189,7 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
         px on ffhq_512, restored from a 128 px crop)."""
         spec = self.loaded.spec
         embedded = self.model_id == EMBEDDED
-        template = EMBEDDED_TEMPLATE if embedded else spec.template or EMBEDDED_TEMPLATE
-        size = EMBEDDED_SIZE if embedded else spec.input_size or EMBEDDED_SIZE
+        template, size = self._crop()
         affines = [estimate_affine(face.landmarks5, template, size) for _, face in chunk]
         if embedded:
             # Restore from a 128 px crop: the ×4 model brings it to 512 px with detail it synthesises.

@@ -17,19 +17,26 @@ import numpy.typing as npt
 from pydantic import Field, field_validator, model_validator
 
 from engine.errors import InvalidJob
-from engine.faces import colour, swapper
-from engine.faces.align import estimate_affine, transform_points
+from engine.faces import colour, masker, swapper
+from engine.faces.align import estimate_affine, transform_points, warp_face
 from engine.faces.landmark_swap import LandmarkSwapOptions
+from engine.faces.landmark_swap import face_size as landmark_face_size
 from engine.faces.landmark_swap import swap as landmark_swap
-from engine.faces.masks import crop_mask
+from engine.faces.masker import Masker, MaskKinds, Regions
+from engine.faces.masks import landmark_mask
+from engine.faces.stage import SourceIdentity
 from engine.models.executor import executor_for
 from engine.models.manifest import Manifest, ModelSpec
 from engine.models.runtime import LoadedModel, Runtime
 from engine.options import Shown
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Frame
+from engine.types import Face, Frame, Mask
 
 LANDMARK_WARP = "landmark_warp"
+# landmark_warp's occlusion and region masks are made on this crop of the target face: the whole head.
+LANDMARK_MASK_TEMPLATE, LANDMARK_MASK_SIZE = "ffhq_512", 256
+# Earlier releases named the mask by one word; a sidecar or preset of theirs still reads as it meant.
+_LEGACY_MASKS = {"box": (("box",), False), "face": (("box", "face"), False), "face_no_mouth": (("box", "face"), True)}
 
 
 def _model_ids() -> list[str]:
@@ -47,13 +54,28 @@ class FaceSwapperOptions(ProcessorOptions):
     blend: Annotated[int, Shown(unit="%")] = Field(
         default=100, ge=0, le=100, description="% of the swapped face over the original"
     )
-    mask: Literal["box", "face", "face_no_mouth"] = Field(
-        default="face_no_mouth", description="paste-back mask: feathered box, face outline, or face without mouth"
+    mask: MaskKinds = Field(
+        default=("box", "face"),
+        description="paste-back masks, multiplied: feathered box, face outline (68 landmarks), occlusion (what "
+        "covers the face stays: XSeg, download), region (only the chosen parts of the face)",
+    )
+    keep_mouth: Annotated[bool, Shown(when={"mask": ("face",)})] = Field(
+        default=True, description="cut the inner mouth out of the face outline: teeth and tongue stay the target's"
     )
     mask_padding: Annotated[float, Shown(when={"mask": ("box",)}, unit="%")] = Field(
         default=0.0, ge=0.0, le=40.0, description="box mask padding, % of the crop"
     )
     mask_blur: float = Field(default=0.3, ge=0.0, le=1.0, description="mask feather, fraction of the face size")
+    mask_regions: Annotated[Regions, Shown(when={"mask": ("region",)})] = Field(
+        default=masker.REGIONS, description="region mask: the parts of the face that take the swap"
+    )
+    occluder: Annotated[Literal[masker.OCCLUDERS], Shown(when={"mask": ("occlusion",)}, models="face_occluder")] = (  # type: ignore[valid-type]
+        Field(default="xseg_1", description="occlusion mask: the XSeg model (GPL-3.0, download)")
+    )
+    parser: Annotated[Literal["auto", *masker.PARSERS], Shown(when={"mask": ("region",)})] = Field(  # type: ignore[valid-type]
+        default="auto",
+        description="region mask: the BiSeNet face parser (download); auto: one already here, else the landmarks",
+    )
     colour: Literal["reinhard", "histogram", "none"] = Field(default="reinhard", description="colour transfer")
     poisson: Annotated[bool, Shown(when={"model": (LANDMARK_WARP,)})] = Field(
         default=False, description="landmark_warp: Poisson (seamless) blend instead of feather"
@@ -70,6 +92,15 @@ class FaceSwapperOptions(ProcessorOptions):
         description="size of the swapped face: a multiple of the model's own size (k×k interleaved model runs); "
         "empty: the model's size",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_mask(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and isinstance(raw.get("mask"), str) and raw["mask"] in _LEGACY_MASKS:
+            kinds, mouth = _LEGACY_MASKS[raw["mask"]]
+            raw = {**raw, "mask": kinds}
+            raw.setdefault("keep_mouth", mouth)
+        return raw
 
     @field_validator("model")
     @classmethod
@@ -96,7 +127,8 @@ def boost_sizes(spec: ModelSpec) -> tuple[int, ...]:
 
 
 class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
-    """Swaps the job's source face onto the faces the face stage chose on each frame."""
+    """Swaps the job's source face (or, where people are mapped, each person's own) onto the faces the face
+    stage chose on each frame."""
 
     id: ClassVar[str] = "face_swapper"
     title: ClassVar[str] = "Face swapper"
@@ -109,11 +141,21 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         self.swapper: LoadedModel | None = None
         self.recogniser: LoadedModel | None = None
         self.converter: LoadedModel | None = None
-        self._source: npt.NDArray[np.float32] | None = None
-        self.needs_landmarks68 = options.model == LANDMARK_WARP
+        # Each source identity's `source` input, made once per job: (the identity, its latent) by id.
+        self._latents: dict[int, tuple[SourceIdentity, npt.NDArray[np.float32]]] = {}
+        if options.model == LANDMARK_WARP and "face" not in options.mask:
+            raise InvalidJob(
+                "landmark_warp always follows the face outline: keep face in face_swapper.mask (box is for the "
+                "model swappers)"
+            )
+        self.masker = Masker(
+            runtime, self.id, options.mask, padding=options.mask_padding, blur=options.mask_blur,
+            keep_mouth=options.keep_mouth, regions=options.mask_regions, occluder=options.occluder,
+            parser=options.parser, backend=options.backend,
+        )  # fmt: skip
+        self.notes = self.masker.notes
+        self.needs_landmarks68 = options.model == LANDMARK_WARP or self.masker.needs_landmarks68
         if options.model == LANDMARK_WARP:
-            if options.mask == "box":
-                raise InvalidJob("face_swapper.mask=box is for the model swappers; landmark_warp follows the outline")
             return
         # Every file of the chain checked first, so one error names everything that is missing.
         runtime.ensure([m.id for m in runtime.manifest.chain(options.model)], options.backend)
@@ -128,11 +170,13 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
 
     @classmethod
     def model_ids(cls, options: ProcessorOptions) -> list[str]:
-        model: str = options.model  # type: ignore[attr-defined]
-        return [] if model == LANDMARK_WARP else [m.id for m in Manifest.load().chain(model)]
+        opts: FaceSwapperOptions = options  # type: ignore[assignment]
+        masks = masker.model_ids(opts.mask, opts.occluder, opts.parser)
+        swap = [] if opts.model == LANDMARK_WARP else [m.id for m in Manifest.load().chain(opts.model)]
+        return swap + masks
 
     def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"options": self.options.model_dump(mode="json")}
+        info: dict[str, Any] = {"options": self.options.model_dump(mode="json"), "masks": self.masker.describe()}
         if self.swapper is None:
             info.update(model=LANDMARK_WARP, backend="opencv", provider="CPU")
             return info
@@ -143,29 +187,81 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         return info
 
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
-        """Swap every face in `ctx.faces` of each frame (H×W×3 uint8 RGB); frames without faces come back as is."""
+        """Swap every face in `ctx.faces` of each frame (H×W×3 uint8 RGB), each with its own source identity
+        (`ctx.source_for`); frames without faces come back as is."""
         if self.swapper is None:
-            return [self._landmark(frame, ctx) for frame, ctx in zip(frames, ctxs, strict=True)]
+            return self._landmark(frames, ctxs)
         return self._model_swap(frames, ctxs)
 
+    def frame_masks(self, frame: Frame, faces: Sequence[Face]) -> list[Mask]:
+        """Each face's paste-back mask on `frame` (H×W float32 in [0, 1]: how much of the swap a pixel takes), as
+        `process` makes it (for the face debugger). landmark_warp's outline is drawn on the target's landmarks
+        (the swap moves it to the source's proportions)."""
+        if not faces:
+            return []
+        weight = self.options.blend / 100.0
+        if self.swapper is None:
+            affines = [estimate_affine(f.landmarks5, LANDMARK_MASK_TEMPLATE, LANDMARK_MASK_SIZE) for f in faces]
+            crops = np.stack([warp_face(frame, m, LANDMARK_MASK_SIZE) for m in affines])
+            points = [
+                None if f.landmarks68 is None else transform_points(f.landmarks68, m)
+                for f, m in zip(faces, affines, strict=True)
+            ]
+            outer = self.masker.restrictions(crops, points)
+            out = []
+            for face, affine, mask in zip(faces, affines, outer, strict=True):
+                shape = np.ones(frame.shape[:2], np.float32)
+                if face.landmarks68 is not None:
+                    feather = max(self.options.mask_blur * 0.2, 0.01) * landmark_face_size(face.landmarks68)
+                    shape = landmark_mask(
+                        frame.shape[:2], face.landmarks68, exclude_mouth=self.options.keep_mouth, blur_px=feather
+                    )
+                out.append(shape * masker.to_frame(mask, affine, frame.shape, outside=1.0) * weight)
+            return out
+        spec = self.swapper.spec
+        assert spec.input_size is not None and spec.template is not None
+        size = self.options.pixel_boost or spec.input_size
+        affines = [estimate_affine(f.landmarks5, spec.template, size) for f in faces]
+        crops = np.stack([warp_face(frame, m, size) for m in affines])
+        points = [
+            None if f.landmarks68 is None else transform_points(f.landmarks68, m)
+            for f, m in zip(faces, affines, strict=True)
+        ]
+        return [
+            masker.to_frame(m, a, frame.shape) * weight
+            for m, a in zip(self.masker(crops, points), affines, strict=True)
+        ]
+
     # -- landmark_warp ----------------------------------------------------------------------------------------
-    def _landmark(self, frame: Frame, ctx: FrameContext) -> Frame:
-        if not ctx.faces:
-            return frame
-        source = ctx.source.faces[0]
-        if source.face.landmarks68 is None or any(f.landmarks68 is None for f in ctx.faces):
+    def _landmark(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
+        out = list(frames)
+        jobs = [(i, face, ctx.source_for(face)) for i, ctx in enumerate(ctxs) for face in ctx.faces]
+        if not jobs:
+            return out
+        if any(f.landmarks68 is None or s.faces[0].face.landmarks68 is None for _, f, s in jobs):
             raise InvalidJob("landmark_warp needs 68-point landmarks: use faces.analyser=embedded")
         opts = LandmarkSwapOptions(
             blend="poisson" if self.options.poisson else "feather",
             colour=self.options.colour,
-            keep_mouth=self.options.mask == "face_no_mouth",
+            keep_mouth=self.options.keep_mouth,
             reshape=self.options.reshape,
             feather=max(self.options.mask_blur * 0.2, 0.01),
         )
-        out = frame
-        for face in ctx.faces:
-            out = landmark_swap(source.image, source.face.landmarks68, out, face.landmarks68, opts)
-        return self._blend(frame, out)
+        restricted = "occlusion" in self.options.mask or "region" in self.options.mask
+        # Occlusion and region masks are made on each target face before anything is swapped, all in one call.
+        affines = [estimate_affine(f.landmarks5, LANDMARK_MASK_TEMPLATE, LANDMARK_MASK_SIZE) for _, f, _ in jobs]
+        masks: list[Any] = [None] * len(jobs)
+        if restricted:
+            crops = np.stack(
+                [warp_face(frames[i], m, LANDMARK_MASK_SIZE) for (i, _, _), m in zip(jobs, affines, strict=True)]
+            )
+            points = [transform_points(f.landmarks68, m) for (_, f, _), m in zip(jobs, affines, strict=True)]
+            masks = list(self.masker.restrictions(crops, points))
+        for (i, face, identity), affine, mask in zip(jobs, affines, masks, strict=True):
+            source = identity.faces[0]
+            swapped = landmark_swap(source.image, source.face.landmarks68, out[i], face.landmarks68, opts)
+            out[i] = swapped if mask is None else masker.blend(out[i], swapped, mask, affine)
+        return [self._blend(before, after) for before, after in zip(frames, out, strict=True)]
 
     def _blend(self, original: Frame, swapped: Frame) -> Frame:
         if self.options.blend >= 100:
@@ -174,15 +270,16 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         return np.rint(original * (1.0 - a) + swapped * a).astype(np.uint8)
 
     # -- the model swappers -----------------------------------------------------------------------------------
-    def _identity(self, ctx: FrameContext) -> npt.NDArray[np.float32]:
-        """The swapper's `source` input for the job's source person: computed once per job."""
-        if self._source is None:
+    def _identity(self, identity: SourceIdentity) -> npt.NDArray[np.float32]:
+        """The swapper's `source` input for one source identity: computed once per job and identity."""
+        kept = self._latents.get(id(identity))
+        if kept is None:
             assert self.swapper is not None and self.swapper.spec.swap is not None
             swap = self.swapper.spec.swap
-            faces = ctx.source.faces
+            faces = identity.faces
             if swap.source == "image":
                 # One crop is the identity: the first source image's face (as landmark_warp takes its texture).
-                self._source = swapper.source_image(swap, faces[0].image, faces[0].face.landmarks5)
+                latent = swapper.source_image(swap, faces[0].image, faces[0].face.landmarks5)
             else:
                 assert self.recogniser is not None
                 rec = self.recogniser.spec
@@ -191,8 +288,9 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
                     [(s.image, s.face.landmarks5) for s in faces],
                 )  # fmt: skip
                 emap = swapper.emap_from_onnx(self.runtime.local_path(self.swapper.file)) if swap.emap else None
-                self._source = swapper.latent(swap, embeddings, convert=self._convert, emap=emap)
-        return self._source
+                latent = swapper.latent(swap, embeddings, convert=self._convert, emap=emap)
+            kept = self._latents[id(identity)] = (identity, latent)
+        return kept[1]
 
     def _convert(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         assert self.converter is not None
@@ -203,33 +301,43 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
     def _model_swap(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
         assert self.swapper is not None
         spec = self.swapper.spec
-        jobs = [(i, face) for i, ctx in enumerate(ctxs) for face in ctx.faces]
+        jobs: list[tuple[int, Face, SourceIdentity]] = [
+            (i, face, ctx.source_for(face)) for i, ctx in enumerate(ctxs) for face in ctx.faces
+        ]
         if not jobs:
             return list(frames)
-        source = self._identity(next(c for c in ctxs if c.faces))
         assert spec.input_size is not None and spec.template is not None  # the catalogue requires both of a swapper
         size = self.options.pixel_boost or spec.input_size
         k = size // spec.input_size
-        affines = [estimate_affine(face.landmarks5, spec.template, size) for _, face in jobs]
-        placed = [(i, affine) for (i, _), affine in zip(jobs, affines, strict=True)]
+        affines = [estimate_affine(face.landmarks5, spec.template, size) for _, face, _ in jobs]
+        placed = [(i, affine) for (i, _, _), affine in zip(jobs, affines, strict=True)]
         # On the device the swapper runs on, when it can take tensors there (engine.models.executor).
         executor = executor_for(self.runtime, self.swapper.session)
         batch = executor.load(frames)
         crops = batch.cut(placed, size)
-        subs = executor.infer(
-            self.swapper.session, spec.io, executor.split(crops, k), per_item={spec.io.source: source}
-        )
-        swapped = executor.weave(subs, k)
-        masks = [
-            crop_mask(
-                size, None if face.landmarks68 is None else transform_points(face.landmarks68, affine),
-                kind=self.options.mask, padding=self.options.mask_padding, blur=self.options.mask_blur,
+        # The masks of every face of the batch in one call, on the faces as they are.
+        points = [
+            None if f.landmarks68 is None else transform_points(f.landmarks68, m)
+            for (_, f, _), m in zip(jobs, affines, strict=True)
+        ]
+        masks = self.masker(executor.host(crops), points)
+        # One swapper call per identity: every face, or each mapped person's faces together.
+        groups: dict[int, list[int]] = {}
+        for n, (_, _, identity) in enumerate(jobs):
+            groups.setdefault(id(identity), []).append(n)
+        for members in groups.values():
+            group = [placed[n] for n in members]
+            cut = crops if len(groups) == 1 else batch.cut(group, size)
+            source = self._identity(jobs[members[0]][2])
+            subs = executor.infer(
+                self.swapper.session, spec.io, executor.split(cut, k), per_item={spec.io.source: source}
             )
-            for (_, face), affine in zip(jobs, affines, strict=True)
-        ]  # fmt: skip
-        if self.options.colour != "none":
-            # Colour transfer runs on the host, on the crops alone (a few kilobytes each).
-            pairs = zip(executor.host(swapped), executor.host(crops), masks, strict=True)
-            swapped = executor.images(np.stack([colour.transfer(r, c, m, self.options.colour) for r, c, m in pairs]))
-        batch.paste(placed, swapped, [mask * (self.options.blend / 100.0) for mask in masks])
+            swapped = executor.weave(subs, k)
+            kept = [masks[n] for n in members]
+            if self.options.colour != "none":
+                # Colour transfer runs on the host, on the crops alone (a few kilobytes each).
+                pairs = zip(executor.host(swapped), executor.host(cut), kept, strict=True)
+                matched = [colour.transfer(r, c, m, self.options.colour) for r, c, m in pairs]
+                swapped = executor.images(np.stack(matched))
+            batch.paste(group, swapped, [mask * (self.options.blend / 100.0) for mask in kept])
         return batch.result()

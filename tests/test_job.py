@@ -112,6 +112,7 @@ def test_missing_preset_names_the_builtin_ones() -> None:
 def test_schema_lists_every_processor_and_group() -> None:
     schema = preset_schema(REGISTRY)
     expected = {"processors", "face_swapper", "expression_restorer", "lip_syncer", "face_enhancer", "frame_enhancer"}
+    expected |= {"face_debugger"}
     expected |= {"faces", "video", "runtime"}
     assert set(schema["properties"]) == expected
     fe = schema["properties"]["frame_enhancer"]["properties"]

@@ -68,6 +68,8 @@ MANIFEST_CASES = {
         "no-licence"
     ],
     ("MIT (KwaiVGI/LivePortrait LICENSE)", "https://github.com/KwaiVGI/LivePortrait"): ["mit-liveportrait"],
+    ("GPL-3.0", "https://github.com/iperov/DeepFaceLab"): ["gpl-3.0"],
+    ("MIT", "https://github.com/yakhyo/face-parsing"): ["mit-face-parsing"],
     (
         "Wav2Lip: personal, research and non-commercial use only (trained on LRS2; commercial use is prohibited)",
         "https://github.com/Rudrabha/Wav2Lip",
@@ -81,8 +83,6 @@ OTHER_CASES = {
     ("OpenRAIL-MS", "https://github.com/facefusion/facefusion-labs"): ["openrail-ms"],
     ("CC BY-NC 4.0", "https://github.com/neuralchen/SimSwap"): ["cc-by-nc-4.0"],
     ("CC-BY-NC-SA-4.0", "https://github.com/mapooon/BlendFace"): ["cc-by-nc-sa-4.0"],
-    ("GPL-3.0", "https://github.com/iperov/DeepFaceLab"): ["gpl-3.0"],
-    ("MIT", "https://github.com/yakhyo/face-parsing"): ["mit-face-parsing"],
     ("MIT", "https://github.com/KwaiVGI/LivePortrait"): ["mit-liveportrait"],
     ("MIT", "https://huggingface.co/Freepik/nsfw_image_detector"): ["mit"],
     ("Wav2Lip: personal, research or non-commercial use only (trained on LRS2)", ""): ["wav2lip"],

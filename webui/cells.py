@@ -98,6 +98,9 @@ def widget(view: OptionView, value: Any, choices: Sequence[tuple[str, Any]] | No
         if view.kind == "open_choice":
             return gr.Dropdown(choices=options, value=value, allow_custom_value=True, **common)
         return gr.Dropdown(choices=options, value=value, filterable=False, **common)
+    if view.kind == "multi":
+        options = list(choices) if choices else [(str(c), c) for c in view.choices or ()]
+        return gr.CheckboxGroup(choices=options, value=list(value or ()), **common)
     if view.kind == "switch":
         return gr.Checkbox(value=bool(value), **common)
     if view.kind == "slider":
@@ -130,6 +133,8 @@ def shown_value(value: Any) -> Any:
     """A settings value as a widget shows it (paths as text, None as nothing)."""
     if value is None:
         return None
+    if isinstance(value, tuple):
+        return list(value)  # a multi-choice setting: the checkboxes ticked
     return str(value) if isinstance(value, Path) else value
 
 

@@ -40,6 +40,7 @@ from webui import cells
 from webui.cells import BACKEND, ENABLE, JOB_BACKEND, Settings
 from webui.jobs import parse_preset_text
 from webui.live import LiveTab
+from webui.people import PeoplePanel
 from webui.privacy import owner_from
 from webui.schedule import Place
 from webui.studio import Session, Studio, user_message
@@ -59,6 +60,8 @@ CSS = """
 
 # What the pipeline's progress stages are called on the page.
 _STAGES = {"frames": "rendering"}
+# The processor the preview's debugger toggle appends to the chain (processors/face_debugger.py).
+DEBUGGER = "face_debugger"
 
 
 def session_of(studio: Studio, request: gr.Request) -> Session:
@@ -155,11 +158,13 @@ class Page:
                     self._presets_row()
                     self._processor_cells(default)
                     with gr.Accordion("Faces: how they are found", open=False):
-                        self._group("faces", default.faces, skip=frozenset({"selector", "reference_image"}))
+                        self._group("faces", default.faces, skip=frozenset({"selector", "reference_image", "people"}))
                     with gr.Accordion("Runtime: backend, device, batch", open=False, elem_id="cell-runtime"):
                         runtime_made = self._group("runtime", default.runtime)
                 with gr.Column(scale=4, min_width=340, elem_classes="fs-col"):
                     self._inputs(default)
+                    self.people = PeoplePanel(self, session_of)
+                    self.people.build()
                 with gr.Column(scale=5, min_width=420, elem_classes="fs-col"):
                     self._preview_and_run()
             with gr.Tabs():
@@ -268,7 +273,8 @@ class Page:
                 [(str(c), c) for c in faces_view.choices or ()],
                 value=default.faces.selector,
                 label="which faces to change",
-                info="one (by order) · many: every face · reference: faces like the picked one",
+                info="one (by order) · many: every face · reference: faces like the picked one · map: each person "
+                "their own source (People, below)",
                 elem_id="selector",
             ),
             faces_view,
@@ -294,6 +300,12 @@ class Page:
             label="before / after (chosen frame)", type="filepath", height=430, elem_id="compare", interactive=False
         )
         self.preview_status = gr.Markdown(elem_id="preview-status")
+        self.debug_preview = gr.Checkbox(
+            label="show the face debugger on the preview",
+            info="boxes, landmarks, the mask in use, person, detection score, identity distance (preview only)",
+            value=False,
+            elem_id="preview-debug",
+        )
         self.agreed = gr.Checkbox(
             label="I have read the responsible-use notice and have the consent of the people shown",
             info=consent.NOTICE,
@@ -426,8 +438,10 @@ class Page:
     # -- events -------------------------------------------------------------------------------------------------
     def _wire(self, app: gr.Blocks, runtime_made: dict[str, gr.Component]) -> None:
         settings = self.settings.components
-        previewing = [self.target, self.sources, self.frame_index, self.face_paths, *settings]
+        previewing = [self.target, self.sources, self.frame_index, self.face_paths, self.debug_preview, *settings]
         preview_out = [self.compare, self.frame_faces, self.face_paths, self.preview_status]
+        self.previewing, self.preview_out = previewing, preview_out
+        self.people.wire()
 
         self.target.change(
             self.on_target, [self.target], [self.frame_index, self.target_image, self.target_video, self.target_info],
@@ -438,7 +452,8 @@ class Page:
             concurrency_id="preview", concurrency_limit=4,
         ).then(self.on_preview, previewing, preview_out, concurrency_id="preview", concurrency_limit=4)  # fmt: skip
         gr.on(
-            [c.change for c in settings] + [self.frame_index.release, self.preview_btn.click],
+            [c.change for c in settings]
+            + [self.frame_index.release, self.preview_btn.click, self.debug_preview.change],
             self.on_preview, previewing, preview_out, trigger_mode="always_last", concurrency_id="preview",
             concurrency_limit=4, show_progress="minimal",
         )  # fmt: skip
@@ -533,6 +548,7 @@ class Page:
         sources: list[str] | None,
         index: float,
         shown_faces: list[str],
+        debugging: bool,
         request: gr.Request,
         *values: Any,
     ) -> tuple[Any, ...]:
@@ -540,8 +556,11 @@ class Page:
         if not target:
             return gr.update(value=None), [], [], "add a target image or video to see a preview"
         raw = self.settings.raw_from(values)
+        if debugging and DEBUGGER in self.studio.registry and DEBUGGER not in raw["processors"]:
+            raw = {**raw, "processors": [*raw["processors"], DEBUGGER]}  # the preview's toggle: not the run's chain
         needs_source = [p for p in raw["processors"] if self.studio.registry[p].needs_source]
         try:
+            raw, sources = self.people.apply(session, raw, target, sources or [])
             if needs_source and not sources:
                 preset = self.service.preset(raw)
                 preview = self.studio.frame_only(session, target, int(index), preset.faces, preset.runtime.max_pixels)
@@ -599,7 +618,8 @@ class Page:
 
         def work() -> None:
             try:
-                result["done"] = self.studio.run_for(session, raw, target or "", sources or [], state, state.queued)
+                job_raw, job_sources = self.people.apply(session, raw, target, sources or [])
+                result["done"] = self.studio.run_for(session, job_raw, target or "", job_sources, state, state.queued)
             except BaseException as exc:  # reported by the generator below, in the status panel
                 result["error"] = exc
 

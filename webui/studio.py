@@ -24,7 +24,8 @@ from gradio import processing_utils
 from engine import media as video
 from engine.errors import Cancelled, FacestudioError, InvalidInput
 from engine.faces.crops import draw_numbers, thumbnail
-from engine.job import FacesSettings, Job
+from engine.faces.people import Scan
+from engine.job import FacesSettings, Job, RuntimeSettings
 from engine.metrics import observe_job
 from engine.pipeline import RunReport
 from engine.processor import FrameProcessor
@@ -58,6 +59,8 @@ class Session:
     afters: list[tuple[Path, str]] = field(default_factory=list)
     running: int = 0
     inputs: dict[str, list[str]] = field(default_factory=dict)
+    # The people found on the target and the source images given to each (webui/people.py).
+    people: Any = None
 
 
 @dataclass(frozen=True)
@@ -365,6 +368,19 @@ class Studio:
                 (self.share(session, picture), name + (f" (largest of {len(faces)})" if len(faces) > 1 else ""))
             )
         return pictures, problems
+
+    def people_of(
+        self, session: Session, target: str, faces: FacesSettings, runtime: RuntimeSettings
+    ) -> tuple[Scan, list[str]]:
+        """The people of the target (`Service.people`) and a picture of each, as files the session may fetch."""
+        with self.service.model_lock:
+            found = self.service.people(Path(target), faces, runtime)
+        folder = session.folder / "people"
+        pictures = [
+            self.share(session, _write_jpeg(folder / f"person-{p.number}-{p.thumbnail_hash}.jpg", p.thumbnail))
+            for p in found.people
+        ]
+        return found, pictures
 
     def reference_from(self, session: Session, face_picture: str) -> str:
         """Make a face picture of the preview the reference image: a copy in the session's folder (the preview's

@@ -3,6 +3,7 @@
 After processing, each processed face is found again on the output frame (a cheap landmark re-fit at the same
 place) and embedded with the job's recogniser; its distance to the source is compared with the original face's.
 A face is flagged when the output is still not recognised as the source (distance ≥ the analyser's threshold).
+Where the job maps people to sources (`faces.selector = "map"`), each face is measured against its own person's.
 
 Sampling (`every`, the job's `faces.qa_every`, 5 by default): every 5th frame is measured. A failure lasts: a face
 stays mis-fitted until the tracker re-detects it (every 10 frames by default) or the pose that defeats the swap
@@ -19,7 +20,7 @@ does not change between frames, and an embedding costs as much as the swap. The 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,9 +45,11 @@ class IdentityQA:
     frame; 0: none. Frames must be checked in order of their index."""
 
     analyser: FaceAnalyser
-    source: npt.NDArray[np.float32]
+    source: npt.NDArray[np.float32] | None
     every: int = 1
     records: list[tuple[int, float, float]] = field(default_factory=list)
+    # Person number → that person's source embedding (the map selector); a face of another person uses `source`.
+    people: Mapping[int, npt.NDArray[np.float32]] = field(default_factory=dict)
     # Frames passed over since the last measured one (index, input, output, faces): measured if the next sample
     # is flagged. At most every − 1 of them.
     _held: deque[tuple[int, Frame, Frame, Sequence[Face]]] = field(default_factory=deque, repr=False)
@@ -57,6 +60,7 @@ class IdentityQA:
     def check(self, index: int, before: Frame, after: Frame, faces: Sequence[Face]) -> None:
         """Measure the faces processed on frame `index` (input `before`, output `after`, same size), or hold the
         frame until the next sample says whether it must be."""
+        faces = [f for f in faces if self._source_of(f) is not None]
         if not faces or self.every <= 0 or before.shape != after.shape:
             return
         if not self._failing and index % self.every:
@@ -81,12 +85,19 @@ class IdentityQA:
         found = [self.analyser.refit(after, f) or f for f in faces]
         swapped = self.analyser.embed(after, found)
         flagged = False
-        for (_, orig), out in zip(originals, swapped, strict=True):
-            assert orig.embedding is not None and out.embedding is not None
-            distance = self.analyser.distance(out.embedding, self.source)
-            self.records.append((index, self.analyser.distance(orig.embedding, self.source), distance))
+        for face, (_, orig), out in zip(faces, originals, swapped, strict=True):
+            source = self._source_of(face)
+            assert orig.embedding is not None and out.embedding is not None and source is not None
+            distance = self.analyser.distance(out.embedding, source)
+            self.records.append((index, self.analyser.distance(orig.embedding, source), distance))
             flagged |= distance >= self.analyser.threshold
         return flagged
+
+    def _source_of(self, face: Face) -> npt.NDArray[np.float32] | None:
+        """The identity `face` should have become: its person's source where people are mapped, else the job's."""
+        if face.person is not None and face.person in self.people:
+            return self.people[face.person]
+        return self.source
 
     def _known(self, index: int, face: Face) -> tuple[int, Face] | None:
         """An embedding of `face`'s original already at hand (with the frame it was made on), or None."""

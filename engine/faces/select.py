@@ -17,7 +17,7 @@ from engine.types import Face, Frame
 
 log = logging.getLogger(__name__)
 
-Selector = Literal["one", "many", "reference"]
+Selector = Literal["one", "many", "reference", "map"]
 Order = Literal["largest", "left-right", "right-left", "top-bottom", "best-score"]
 
 # Embeddings whose norms are all this close to 1 come from a recogniser that L2-normalises (ArcFace); their mean
@@ -57,7 +57,8 @@ def select(
 
     "one": the first face by `order` (or none). "many": all faces. "reference": every face whose embedding lies
     closer than `reference_distance` to `reference` by `analyser.distance` (faces must carry embeddings of
-    `analyser.recogniser`; ValueError otherwise, and when `reference` or `analyser` is missing).
+    `analyser.recogniser`; ValueError otherwise, and when `reference` or `analyser` is missing). "map" needs the
+    faces' people and the job's mapping: the face stage chooses those faces itself (`FaceStage`).
     """
     ordered = order_faces(faces, order)
     if selector == "one":
@@ -65,7 +66,7 @@ def select(
     if selector == "many":
         return ordered
     if selector != "reference":
-        raise ValueError(f"unknown face selector {selector!r}; known: one, many, reference")
+        raise ValueError(f"selector {selector!r} is not chosen by select(); known here: one, many, reference")
     if reference is None or analyser is None:
         raise ValueError("reference selection needs a reference embedding and the analyser that made it")
     chosen = []
@@ -107,9 +108,15 @@ def source_identity(
             f"no face found in source image{'s' if len(missing) > 1 else ''} {', '.join(missing)}: "
             "use a photo with a clear, frontal face"
         )
-    embeddings = np.stack([np.asarray(face.embedding, dtype=np.float32) for _, face in found])
-    mean = embeddings.mean(axis=0)
-    if np.all(np.abs(np.linalg.norm(embeddings, axis=1) - 1.0) < _UNIT_NORM_TOLERANCE):
-        mean = mean / np.linalg.norm(mean)
     log.debug("source identity from %d image(s)", len(found))
-    return mean.astype(np.float32), found
+    return mean_embedding([face.embedding for _, face in found]), found
+
+
+def mean_embedding(embeddings: Sequence[npt.ArrayLike | None]) -> npt.NDArray[np.float32]:
+    """The identity several embeddings of one person share (each D floats, one recogniser): their mean, as it is
+    for raw descriptors such as dlib's, re-normalised to unit length for L2-normalised ones such as ArcFace."""
+    vectors = np.stack([np.asarray(e, dtype=np.float32) for e in embeddings])
+    mean = vectors.mean(axis=0)
+    if np.all(np.abs(np.linalg.norm(vectors, axis=1) - 1.0) < _UNIT_NORM_TOLERANCE):
+        mean = mean / np.linalg.norm(mean)
+    return mean.astype(np.float32)

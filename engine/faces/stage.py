@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,8 @@ from engine import media as video
 from engine import metrics
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
+from engine.faces.boxes import area
+from engine.faces.people import Gallery, Scan, ScanCache, check_mapping, scan, scan_key
 from engine.faces.select import order_faces, select, source_identity
 from engine.faces.tracking import FaceTracker
 from engine.job import FacesSettings
@@ -117,34 +119,86 @@ class SerialAnalyser:
 
 @dataclass
 class FaceStage:
-    """Finds the faces to process on each frame of one job, in frame order (it tracks between detections)."""
+    """Finds the faces to process on each frame of one job, in frame order (it tracks between detections).
+
+    With `gallery` (people are needed: the `map` selector, or a processor that reads `Face.person`), every face
+    carries its person number and its track's embedding; `cast` is each mapped person's source identity."""
 
     settings: FacesSettings
     analyser: FaceAnalyser
     source: SourceIdentity | None
     reference: npt.NDArray[np.float32] | None
     tracker: FaceTracker
+    gallery: Gallery | None = None
+    cast: Mapping[int, SourceIdentity] = field(default_factory=dict)
+    scan: Scan | None = None
     _decided: dict[int, bool] = field(default_factory=dict)
     _chosen: int | None = None
 
     @classmethod
     def create(
-        cls, settings: FacesSettings, runtime: Runtime, sources: Sequence[Path], target: Path, fps: float = 30.0
+        cls,
+        settings: FacesSettings,
+        runtime: Runtime,
+        sources: Sequence[Path],
+        target: Path,
+        fps: float = 30.0,
+        *,
+        people: bool = False,
     ) -> FaceStage:
-        """`fps`: the target's frame rate, so smoothing works in seconds whatever the video's rate."""
+        """`fps`: the target's frame rate, so smoothing works in seconds whatever the video's rate. `people`: a
+        processor of the chain reads each face's person (the `map` selector needs them anyway)."""
         if settings.reference_image is not None and settings.selector != "reference":
             raise InvalidInput("faces.reference_image is set but faces.selector is not 'reference'; set both")
+        if settings.people and settings.selector != "map":
+            raise InvalidInput("faces.people maps people to sources but faces.selector is not 'map'; set both")
         analyser = build_analyser(settings, runtime)
-        source = load_sources(analyser, sources) if sources else None
+        gallery, cast, source, found = None, {}, None, None
+        if settings.selector == "map":
+            cast = _cast(settings, analyser, sources)
+        elif sources:
+            source = load_sources(analyser, sources)
+        if settings.selector == "map" or people:
+            found = scan_target(settings, runtime, analyser, target)
+            if settings.selector == "map":
+                check_mapping(found, {m.person: m.thumbnail for m in settings.people}, target)
+            gallery = Gallery(analyser, found.people)
         reference = _reference(settings, analyser, target) if settings.selector == "reference" else None
-        tracker = FaceTracker(analyser, redetect_every=settings.redetect_every, fps=fps or 30.0)
-        return cls(settings, analyser, source, reference, tracker)
+        tracker = FaceTracker(
+            analyser,
+            redetect_every=settings.redetect_every,
+            fps=fps or 30.0,
+            # Appearance keeps crossing faces apart where it matters: whenever the chosen faces follow identities.
+            appearance=settings.selector != "many" or gallery is not None,
+            embed_new=gallery is not None or settings.selector == "reference",
+        )
+        return cls(settings, analyser, source, reference, tracker, gallery, cast, found)
+
+    def people_record(self) -> list[dict[str, Any]] | None:
+        """The target's people as the run numbered them, for the sidecar (None where people are not grouped): each
+        person's number, thumbnail hash and sampled frames seen, and the job's sources mapped to them (positions;
+        none: left as they are). No path."""
+        if self.scan is None:
+            return None
+        mapped = {entry.person: list(entry.sources) for entry in self.settings.people}
+        return [
+            {
+                "person": p.number,
+                "thumbnail": p.thumbnail_hash,
+                "frames_seen": len(p.frames),
+                "sources": mapped.get(p.number, []),
+            }
+            for p in self.scan.people
+        ]
 
     def restart(self) -> None:
-        """Start over as on a video's first frame: no track, no face chosen yet (the analyser and source stay)."""
+        """Start over as on a video's first frame: no track, no face chosen yet (the analyser, the sources and the
+        people stay)."""
         self.tracker.reset()
         self._decided.clear()
         self._chosen = None
+        if self.gallery is not None:
+            self.gallery.restart()
 
     @property
     def threshold(self) -> float:
@@ -154,29 +208,46 @@ class FaceStage:
         """Each frame (in video order) with the faces the processors should work on, in order.
 
         A face the tracker could only extrapolate (nothing found it on that frame) is kept only if its track is
-        found again within the tracker's `max_gap` frames: frames are held back until that is known, so a face
-        that left the picture is not pasted onto whatever follows. Decisions are made per track, not per frame,
-        so the chosen face does not flicker between people: `one` keeps following the face it chose while it is
-        tracked; `reference` embeds each new track once.
+        found again within the tracker's `max_gap` frames, and is not hidden behind a face found there: frames
+        are held back until that is known, so a face that left the picture is not pasted onto whatever follows,
+        nor one passing behind another onto the face in front. Decisions are made per track, not per frame, so
+        the chosen face does not flicker between people: `one` keeps following the face it chose while it is
+        tracked; `reference` compares each new track's embedding once; `map` takes the faces of the mapped
+        people, each numbered by its track's person.
         """
-        held: deque[tuple[Frame, dict[int, tuple[Face, bool]]]] = deque()
+        held: deque[tuple[Frame, dict[int, tuple[Face, str]]]] = deque()
         for frame in frames:
-            tracks = {t.track_id: (t.face, t.filled) for t in self.tracker.update(frame)}
-            found = {tid for tid, (_, filled) in tracks.items() if not filled}
+            tracks = self._people(
+                {t.track_id: (t.face, FILLED if t.filled else FOUND) for t in self.tracker.update(frame)}
+            )
+            found = {tid for tid, (_, state) in tracks.items() if state == FOUND}
             for _, earlier in held:
-                for tid, (face, filled) in list(earlier.items()):
-                    if filled and tid in found:
-                        earlier[tid] = (face, False)  # the gap closed: the fill was right
-                    elif filled and tid not in tracks:
+                for tid, (face, state) in list(earlier.items()):
+                    if state == FILLED and tid in found:
+                        earlier[tid] = (face, CONFIRMED)  # the gap closed: the fill was right
+                    elif state == FILLED and tid not in tracks:
                         del earlier[tid]  # the track ended: the fill was a ghost
             held.append((frame, tracks))
-            while held and (len(held) > self.tracker.max_gap or not any(f for _, f in held[0][1].values())):
+            while held and (len(held) > self.tracker.max_gap or all(s != FILLED for _, s in held[0][1].values())):
                 yield self._emit(*held.popleft())
         while held:
             yield self._emit(*held.popleft())
 
-    def _emit(self, frame: Frame, tracks: dict[int, tuple[Face, bool]]) -> tuple[Frame, tuple[Face, ...]]:
-        chosen = self._choose(frame, {tid: face for tid, (face, filled) in tracks.items() if not filled})
+    def _people(self, tracks: dict[int, tuple[Face, str]]) -> dict[int, tuple[Face, str]]:
+        """The tracks' faces with their person numbers (when people are grouped)."""
+        if self.gallery is None:
+            return tracks
+        numbers = self.gallery.assign({tid: face.embedding for tid, (face, _) in tracks.items()})
+        self.gallery.release(list(tracks))
+        return {tid: (replace(face, person=numbers.get(tid)), state) for tid, (face, state) in tracks.items()}
+
+    def _emit(self, frame: Frame, tracks: dict[int, tuple[Face, str]]) -> tuple[Frame, tuple[Face, ...]]:
+        seen = {tid: face for tid, (face, state) in tracks.items() if state == FOUND}
+        # A confirmed fill hidden behind a face found on that frame (faces crossing) is not there to process.
+        for tid, (face, state) in tracks.items():
+            if state == CONFIRMED and not any(_covered(face, other) for other in seen.values()):
+                seen[tid] = face
+        chosen = self._choose(frame, seen)
         metrics.record_faces(len(chosen))
         return frame, chosen
 
@@ -185,6 +256,9 @@ class FaceStage:
             return ()
         if self.settings.selector == "many":
             return tuple(select(list(tracks.values()), selector="many", order=self.settings.order))
+        if self.settings.selector == "map":
+            mapped = [f for f in tracks.values() if f.person is not None and f.person in self.cast]
+            return tuple(order_faces(mapped, self.settings.order))
         if self.settings.selector == "one":
             if self._chosen not in tracks:
                 first = order_faces(list(tracks.values()), self.settings.order)[0]
@@ -192,21 +266,70 @@ class FaceStage:
             return (tracks[self._chosen],)
         undecided = [tid for tid in tracks if tid not in self._decided]
         if undecided:
-            embedded = self.analyser.embed(frame, [tracks[t] for t in undecided])
+            unknown = [tracks[t] for t in undecided if tracks[t].embedding is None]
+            embedded = iter(self.analyser.embed(frame, unknown))
+            faces = [tracks[t] if tracks[t].embedding is not None else next(embedded) for t in undecided]
             chosen_ids = {
                 id(f)
                 for f in select(
-                    embedded,
+                    faces,
                     selector="reference",
                     reference=self.reference,
                     reference_distance=self.threshold,
                     analyser=self.analyser,
                 )
             }
-            for tid, face in zip(undecided, embedded, strict=True):
+            for tid, face in zip(undecided, faces, strict=True):
                 self._decided[tid] = id(face) in chosen_ids
         chosen = [f for tid, f in tracks.items() if self._decided[tid]]
         return tuple(order_faces(chosen, self.settings.order))
+
+
+# A tracked face's state on one frame: found there, filled (predicted; not yet known to be right), or a fill
+# confirmed by the track being found again.
+FOUND, FILLED, CONFIRMED = "found", "filled", "confirmed"
+# A predicted face whose box lies this much inside another face's box is hidden behind it.
+HIDDEN = 0.5
+
+
+def _covered(face: Face, other: Face) -> bool:
+    """Whether more than HIDDEN of `face`'s box lies inside `other`'s."""
+    inter = area(
+        (
+            max(face.box[0], other.box[0]),
+            max(face.box[1], other.box[1]),
+            min(face.box[2], other.box[2]),
+            min(face.box[3], other.box[3]),
+        )
+    )
+    return inter > HIDDEN * max(area(face.box), 1e-6)
+
+
+def scan_target(settings: FacesSettings, runtime: Runtime, analyser: FaceAnalyser, target: Path) -> Scan:
+    """The people of `target` as `faces scan` finds them with these settings (kept per process: a run, its
+    previews and the studio's people panel share one scan)."""
+    cache = runtime.warm(("faces_scans",), ScanCache)
+    key = scan_key(target, settings.analyser, settings.detector, settings.scan_every)
+    return cache.get(key, lambda: scan(analyser, target, settings.scan_every))
+
+
+def _cast(settings: FacesSettings, analyser: FaceAnalyser, sources: Sequence[Path]) -> dict[int, SourceIdentity]:
+    """Each mapped person's source identity, from the job's sources the mapping names by position."""
+    if not settings.people:
+        raise InvalidInput(
+            "faces.selector=map needs a source for at least one person: run --map N=IMAGE (the people: "
+            "`launch.py faces scan --target FILE`)"
+        )
+    cast = {}
+    for entry in settings.people:
+        missing = [i for i in entry.sources if i >= len(sources)]
+        if missing:
+            raise InvalidInput(
+                f"faces.people: person {entry.person} takes source {missing[0]}, but the job has "
+                f"{len(sources)} source image{'s' if len(sources) != 1 else ''}"
+            )
+        cast[entry.person] = load_sources(analyser, [sources[i] for i in entry.sources])
+    return cast
 
 
 def _reference(settings: FacesSettings, analyser: FaceAnalyser, target: Path) -> npt.NDArray[np.float32]:

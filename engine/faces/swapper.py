@@ -114,13 +114,29 @@ def swap(session: Session, io: IOSpec, crops: npt.NDArray[np.uint8], source: Vec
     """Swap the identity of aligned face crops for `source`.
 
     session: a swapper session; io: its I/O spec (`io.input` the crops, `io.source` the identity). crops:
-    N×S×S×3 uint8 RGB at the model's size, on its template. source: the identity input for one face (1×512 latent,
-    or 1×3×s×s image). Returns N×S×S×3 uint8 RGB from the graph's first output. All N crops go in one call unless
-    the graph fixes its batch (`io.batch`), in which case they go that many at a time.
+    N×S×S×3 uint8 RGB at the model's size, on its template. source: the identity input of one face (1×512 latent,
+    or 1×3×s×s image) for every crop, or N of them stacked, crop i's identity at row i (people mapped to their
+    own sources). Returns N×S×S×3 uint8 RGB from the graph's first output. All N crops go in one call unless the
+    graph fixes its batch (`io.batch`), in which case they go that many at a time.
     """
     if io.source is None:
         raise InvalidInput(f"the I/O spec of input {io.input!r} has no source input, so it is not a face swapper")
-    return run_images(session, io, crops, per_item={io.source: np.asarray(source, np.float32)})
+    identities = np.asarray(source, np.float32)
+    n = crops.shape[0]
+    if len(identities) not in (1, n):
+        raise ValueError(f"{len(identities)} source identities for {n} crops: give one, or one per crop")
+    if len(identities) == 1 or n == 0:
+        return run_images(session, io, crops, per_item={io.source: identities[:1]})
+    # One call per identity (each person's crops together), the results put back in the crops' order.
+    groups: dict[bytes, list[int]] = {}
+    for i, row in enumerate(identities):
+        groups.setdefault(row.tobytes(), []).append(i)
+    results: list[npt.NDArray[np.uint8]] = [crops[0]] * n
+    for members in groups.values():
+        done = run_images(session, io, crops[members], per_item={io.source: identities[members[:1]]})
+        for i, result in zip(members, done, strict=True):
+            results[i] = result
+    return np.stack(results)
 
 
 def embed(

@@ -66,7 +66,8 @@ class IOSpec(_Strict):
     faces go one call each); None when N is free.
     `inputs`, `outputs`: the graph signature a downloaded ONNX file must have (names, element types, shapes);
     outputs are matched by position. `more_outputs`: the graph may have further outputs after the declared ones
-    (the facts say one exists but nothing reads it).
+    (the facts say one exists but nothing reads it). `layout`: how the image input is laid out, NCHW or NHWC
+    (channels last: the tensor `engine.models.tensor.to_tensor` makes, transposed by whoever feeds such a graph).
     """
 
     input: str = "input"
@@ -81,6 +82,7 @@ class IOSpec(_Strict):
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
     more_outputs: bool = False
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
 
     @model_validator(mode="after")
     def _named_inputs(self) -> IOSpec:
