@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import tomllib
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -310,8 +311,17 @@ class Manifest(_Strict):
         air-gapped sites, or a test's), else the built-in one."""
         path = path or Path(os.environ.get("FACESTUDIO_MANIFEST") or MANIFEST_PATH)
         try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidInput(f"cannot read model manifest {path}: {exc}") from exc
+        return _parsed(str(path), text)
+
+    @classmethod
+    def parse(cls, path: Path, text: str) -> Manifest:
+        """The manifest in `text` (read from `path`, which messages name), validated."""
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
             raise InvalidInput(f"cannot read model manifest {path}: {exc}") from exc
         shared = {"io": raw.pop("io", {}), "swap": raw.pop("swap", {})}
 
@@ -439,3 +449,11 @@ def record_trusted(models_dir: Path, model_id: str, file: FileSpec, sha256: str,
     tmp.write_text(json.dumps({"trusted": entries}, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+@lru_cache(maxsize=8)
+def _parsed(path: str, text: str) -> Manifest:
+    """A memo of parsed catalogues keyed by their whole text: every option validation reads the catalogue (which
+    models exist), and parsing it costs ~40 ms; a Manifest is frozen and never changed in place, so sharing one is
+    safe, and a changed file is a new key."""
+    return Manifest.parse(Path(path), text)
