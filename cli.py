@@ -664,7 +664,8 @@ def cmd_live(args: argparse.Namespace) -> int:
         raise UsageError(f"--seconds must be above 0, got {args.seconds:g}")
     if args.record is not None and args.record.exists() and not args.overwrite:
         raise UsageError(f"{args.record} already exists; add --overwrite to replace it")
-    args.job, args.target, args.output = None, LIVE_TARGET, LIVE_OUTPUT
+    # A camera has no scanned people to map sources onto (--map is run's), and no job file or paths of its own.
+    args.job, args.target, args.output, args.map = None, LIVE_TARGET, LIVE_OUTPUT, []
     job = job_from_args(args)
     raw = {k: v for k, v in job.to_raw().items() if k not in ("target", "output", "sources")}
     for setting in job.ignored_settings():

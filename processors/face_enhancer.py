@@ -148,7 +148,9 @@ class FaceEnhancer(FrameProcessor[FaceEnhancerOptions]):
             affines, restored, size = self._restore(executor, batch, chunk)
             placed = [(i, affine) for (i, _), affine in zip(chunk, affines, strict=True)]
             # The masks are made on the faces as they are (the paste-back crop of the input), all in one call.
-            originals = executor.host(batch.cut(placed, size))
+            originals = self.masker.crops_from(
+                lambda jobs=placed, side=size: executor.host(batch.cut(jobs, side)), len(placed), size
+            )
             points = [
                 None if face.landmarks68 is None else transform_points(face.landmarks68, affine)
                 for (_, face), affine in zip(chunk, affines, strict=True)

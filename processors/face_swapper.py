@@ -320,7 +320,7 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
             None if f.landmarks68 is None else transform_points(f.landmarks68, m)
             for (_, f, _), m in zip(jobs, affines, strict=True)
         ]
-        masks = self.masker(executor.host(crops), points)
+        masks = self.masker(self.masker.crops_from(lambda: executor.host(crops), len(placed), size), points)
         # One swapper call per identity: every face, or each mapped person's faces together.
         groups: dict[int, list[int]] = {}
         for n, (_, _, identity) in enumerate(jobs):

@@ -20,7 +20,7 @@ edge is still faded over 2 % of its size, so no square outline can show.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
 import cv2
@@ -143,6 +143,19 @@ class Masker:
     def needs_landmarks68(self) -> bool:
         """Whether the masks need 68 landmarks on every face (landmark regions, without a parser)."""
         return "region" in self.kinds and self.parser is None
+
+    @property
+    def needs_pixels(self) -> bool:
+        """Whether the masks read the crops' pixels (an occluder or parser model); box, outline and landmark
+        regions need only the crop's size, so a device executor need not copy the crops back for them."""
+        return self.occluder is not None or self.parser is not None
+
+    def crops_from(self, host: Callable[[], npt.NDArray[np.uint8]], n: int, size: int) -> npt.NDArray[np.uint8]:
+        """The N×S×S×3 crops `__call__` takes: `host()` (the crops copied to the host) when the masks read pixels,
+        else a zero-copy blank of that shape."""
+        if self.needs_pixels:
+            return host()
+        return np.broadcast_to(np.zeros((1, 1, 1, 3), np.uint8), (n, size, size, 3))
 
     def describe(self) -> dict[str, Any]:
         """The mask models used, for the sidecar."""
