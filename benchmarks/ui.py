@@ -130,7 +130,14 @@ def main() -> int:
             for i in range(args.repeats):
                 blend.fill(str(99 - i))
                 blend.press("Enter")
-                seconds = page.evaluate("() => window.__previewShown") / 1000
+                # A preview that never shows (an error in the page) ends the benchmark instead of waiting forever.
+                seconds = (
+                    page.evaluate(
+                        "() => Promise.race([window.__previewShown, new Promise((_, no) => setTimeout("
+                        "() => no(new Error('no new preview within 60 s')), 60000))])"
+                    )
+                    / 1000
+                )
                 chain_ms = float(re.search(r"chain (\d+) ms", status.inner_text()).group(1))  # type: ignore[union-attr]
                 samples.append((seconds * 1000, chain_ms))
             browser.close()
