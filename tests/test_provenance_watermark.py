@@ -4,7 +4,6 @@ in unmarked media, and what it costs in PSNR. Media are generated (the demo's dr
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
 import cv2
@@ -18,21 +17,8 @@ from engine import demo, pipeline
 from engine import media as video
 from engine.job import Job
 from engine.models.runtime import Runtime
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.provenance import watermark
-from engine.types import Frame
-
-
-class Same(FrameProcessor[ProcessorOptions]):
-    id = "same"
-    title = "Same"
-    Options = ProcessorOptions
-
-    def __init__(self) -> None:
-        super().__init__(ProcessorOptions(), None)  # type: ignore[arg-type]  # runs no model
-
-    def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
-        return list(frames)
+from tests.test_provenance import Same
 
 
 def run_same(target: Path, output: Path, mark: bool) -> None:
