@@ -10,6 +10,7 @@ interleaved model-size crops for a sharper face.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
@@ -143,6 +144,8 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         self.converter: LoadedModel | None = None
         # Each source identity's `source` input, made once per job: (the identity, its latent) by id.
         self._latents: dict[int, tuple[SourceIdentity, npt.NDArray[np.float32]]] = {}
+        # Colour statistics per tracked face, reused while its lighting holds (colour.TrackColours).
+        self._colours = colour.TrackColours("reinhard" if options.colour == "none" else options.colour)
         if options.model == LANDMARK_WARP and "face" not in options.mask:
             raise InvalidJob(
                 "landmark_warp always follows the face outline: keep face in face_swapper.mask (box is for the "
@@ -259,7 +262,8 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
             masks = list(self.masker.restrictions(crops, points))
         for (i, face, identity), affine, mask in zip(jobs, affines, masks, strict=True):
             source = identity.faces[0]
-            swapped = landmark_swap(source.image, source.face.landmarks68, out[i], face.landmarks68, opts)
+            recolour = partial(self._colours.transfer, ctxs[i].index, face)
+            swapped = landmark_swap(source.image, source.face.landmarks68, out[i], face.landmarks68, opts, recolour)
             out[i] = swapped if mask is None else masker.blend(out[i], swapped, mask, affine)
         return [self._blend(before, after) for before, after in zip(frames, out, strict=True)]
 
@@ -336,8 +340,8 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
             kept = [masks[n] for n in members]
             if self.options.colour != "none":
                 # Colour transfer runs on the host, on the crops alone (a few kilobytes each).
-                pairs = zip(executor.host(swapped), executor.host(cut), kept, strict=True)
-                matched = [colour.transfer(r, c, m, self.options.colour) for r, c, m in pairs]
+                pairs = zip(executor.host(swapped), executor.host(cut), kept, [jobs[n] for n in members], strict=True)
+                matched = [self._colours.transfer(ctxs[i].index, f, r, c, m) for r, c, m, (i, f, _) in pairs]
                 swapped = executor.images(np.stack(matched))
             batch.paste(group, swapped, [mask * (self.options.blend / 100.0) for mask in kept])
         return batch.result()

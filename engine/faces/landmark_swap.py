@@ -14,7 +14,9 @@ Steps, all inside a region of interest around the target face (pixels outside it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import cv2
@@ -24,7 +26,10 @@ from engine.faces import colour
 from engine.faces.ibug68 import LEFT_EYE, MOUTH, RIGHT_EYE
 from engine.faces.masks import landmark_mask
 from engine.faces.warp import Points, delaunay, extend_with_forehead, warp_triangles
-from engine.types import Frame
+from engine.types import Frame, Mask
+
+# A colour transfer: (texture, the target region under it, the blend mask) → the texture recoloured.
+Recolour = Callable[[Frame, Frame, Mask], Frame]
 
 # Points the alignment is fitted on: eye corners and the nose bridge/tip, which expressions barely move.
 STABLE = np.array([36, 39, 42, 45, 27, 28, 29, 30, 31, 35])
@@ -89,11 +94,14 @@ def swap(
     target: Frame,
     target68: Points,
     options: LandmarkSwapOptions = LandmarkSwapOptions(),
+    recolour: Recolour | None = None,
 ) -> Frame:
     """Swap the source face (68 landmarks `source68` on `source`) onto the target face (`target68` on `target`).
 
     Images are H×W×3 uint8 RGB; landmarks 68×2 float pixels. Returns the new frame: only pixels inside the anchor
-    ring around the face (the face outline pushed out by RING_SCALE) can differ from `target`.
+    ring around the face (the face outline pushed out by RING_SCALE) can differ from `target`. `recolour`: the
+    colour transfer (texture, target region, mask → texture) when not `colour.transfer` with `options.colour`
+    (a video's `colour.TrackColours`, which reuses a tracked face's statistics).
     """
     src68 = np.asarray(source68, np.float32)
     dst68 = np.asarray(target68, np.float32)
@@ -129,7 +137,7 @@ def swap(
     # of the hull must show the target, not the black of an empty pixel.
     mask *= covered
     if options.colour != "none":
-        texture = colour.transfer(texture, base, mask, options.colour)
+        texture = (recolour or partial(colour.transfer, method=options.colour))(texture, base, mask)
     if options.blend == "poisson":
         binary = (mask > 0.5).astype(np.uint8) * 255
         ys, xs = np.nonzero(binary)

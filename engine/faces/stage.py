@@ -171,6 +171,9 @@ class FaceStage:
             # Appearance keeps crossing faces apart where it matters: whenever the chosen faces follow identities.
             appearance=settings.selector != "many" or gallery is not None,
             embed_new=gallery is not None or settings.selector == "reference",
+            # dlib's HOG scans the whole frame (twice enlarged, for 40 px faces): a scheduled re-detection runs
+            # on a downscaled copy where the faces are large. SCRFD already detects on a fixed 640 px canvas.
+            coarse=settings.analyser == "embedded",
         )
         return cls(settings, analyser, source, reference, tracker, gallery, cast, found)
 

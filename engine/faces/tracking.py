@@ -111,7 +111,8 @@ class TrackerStats:
     """Work a FaceTracker has done since it was made.
 
     frames: frames passed to `update`. detections: `analyser.detect` calls. refits: `analyser.refit` calls.
-    filled: Track outputs with `filled=True`, counted per face and frame. embeddings: faces embedded.
+    filled: Track outputs with `filled=True`, counted per face and frame. embeddings: faces embedded. coarse: the
+    detections that ran on a downscaled copy (each face found there re-fitted once; not counted in `refits`).
     """
 
     frames: int
@@ -119,6 +120,7 @@ class TrackerStats:
     refits: int
     filled: int
     embeddings: int = 0
+    coarse: int = 0
 
 
 class ShapeSmoother:
@@ -328,6 +330,13 @@ CANDIDATE_IOU = 0.1
 RELINK_REACH = 1.5
 # The weight of the appearance term (distance / threshold) against the motion term (1 − IoU) of a link's cost.
 APPEARANCE_WEIGHT = 0.5
+# Coarse re-detection (`coarse`): a scheduled re-detection runs on a copy scaled so that a face NEWCOMER times the
+# smallest tracked face's box side is COARSE_FACE_PX wide (HOG finds 50 px faces without upsampling), when that
+# copy is no larger than the frame; every FULL_EVERY-th scheduled re-detection runs on the full frame, so a face
+# smaller than that is still found within FULL_EVERY · redetect_every frames.
+COARSE_FACE_PX = 80.0
+NEWCOMER = 0.5
+FULL_EVERY = 3
 # A track's embedding is a running mean over about this many observations.
 APPEARANCE_MEMORY = 10
 
@@ -337,9 +346,10 @@ class FaceTracker:
 
     Detection (`analyser.detect`) runs on the first frame, every `redetect_every` frames, whenever there is no
     live track, on any frame where a track's re-fit fails, and on every frame where tracks are crowded (their
-    predicted boxes overlap: faces crossing or passing behind each other). In between, each track's landmarks are
-    re-fitted (`analyser.refit`) around its predicted position, the motion filter's (`Motion`: a Kalman filter of
-    centre and size with their velocities).
+    predicted boxes overlap: faces crossing or passing behind each other). With `coarse`, the scheduled
+    re-detections where the tracked faces are large run on a downscaled copy (COARSE_FACE_PX). In between, each
+    track's landmarks are re-fitted (`analyser.refit`) around its predicted position, the motion filter's
+    (`Motion`: a Kalman filter of centre and size with their velocities).
 
     Detections are linked to tracks in the manner of DeepSORT/ByteTrack: one optimal assignment (Hungarian,
     `scipy.optimize.linear_sum_assignment`) over a cost of motion — 1 − IoU of the detection with the track's
@@ -372,6 +382,7 @@ class FaceTracker:
         d_cutoff: float = 1.0,
         appearance: bool = False,
         embed_new: bool = False,
+        coarse: bool = False,
     ) -> None:
         if redetect_every < 1:
             raise ValueError(f"redetect_every must be ≥ 1, got {redetect_every}")
@@ -388,6 +399,7 @@ class FaceTracker:
         self.iou_threshold = iou_threshold
         self.appearance = appearance or embed_new
         self.embed_new = embed_new
+        self.coarse = coarse
         self._frame_seconds = 1.0 / fps
         self._filters = (min_cutoff, beta, d_cutoff)
         self._tracks: list[_TrackState] = []
@@ -397,6 +409,8 @@ class FaceTracker:
         self._refits = 0
         self._filled = 0
         self._embedded = 0
+        self._scheduled = 0  # scheduled re-detections with live tracks so far (every FULL_EVERY-th is full)
+        self._coarse = 0
 
     def reset(self) -> None:
         """Start over as if the next frame were the first of a video (a worker starting a segment of one alone):
@@ -404,11 +418,12 @@ class FaceTracker:
         counting up, so an id is never reused within a tracker."""
         self._tracks = []
         self._frames = self._detections = self._refits = self._filled = self._embedded = 0
+        self._scheduled = self._coarse = 0
 
     @property
     def stats(self) -> TrackerStats:
         """Counts of frames seen, detections, re-fits and embeddings run, and faces filled so far."""
-        return TrackerStats(self._frames, self._detections, self._refits, self._filled, self._embedded)
+        return TrackerStats(self._frames, self._detections, self._refits, self._filled, self._embedded, self._coarse)
 
     def update(self, frame: Frame) -> list[Track]:
         """Track faces onto the next frame (H×W×3 uint8 RGB) of the video.
@@ -427,7 +442,8 @@ class FaceTracker:
         detections: list[Face] | None = None
         found: dict[int, Face] = {}
         if index % self.redetect_every == 0 or not self._tracks or crowded:
-            detections = self._detect(frame)
+            scheduled = bool(self._tracks) and not crowded
+            detections = self._detect(frame, list(predicted.values()) if scheduled else None)
             found, _ = self._link(frame, states, predicted, detections, index)
         for track_id, face in predicted.items():
             if track_id not in found and track_id not in crowded:
@@ -582,15 +598,53 @@ class FaceTracker:
         self._embedded += len(faces)
         return self.analyser.embed(frame, faces)
 
-    def _detect(self, frame: Frame) -> list[Face]:
+    def _detect(self, frame: Frame, tracked: Sequence[Face] | None = None) -> list[Face]:
+        """The faces on `frame`. `tracked`: the tracks' predicted faces on a scheduled re-detection, which may then
+        run coarse (see COARSE_FACE_PX): on a downscaled copy, each face found there re-fitted on the full frame
+        (`analyser.refit`: landmarks fitted at full resolution, checked by the detector on a crop), and the full
+        frame's detection after all if any re-fit fails."""
         self._detections += 1
-        return self.analyser.detect(frame)
+        scale = self._coarse_scale(frame, tracked)
+        if scale is None:
+            return self.analyser.detect(frame)
+        small = cv2.resize(frame, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+        faces = []
+        for face in self.analyser.detect(small):
+            refitted = self.analyser.refit(frame, _scaled(face, 1.0 / scale))
+            if refitted is None:
+                logger.debug("coarse detection: a face found at %.2f× does not re-fit; detecting at full size", scale)
+                return self.analyser.detect(frame)
+            faces.append(refitted)
+        self._coarse += 1
+        return faces
+
+    def _coarse_scale(self, frame: Frame, tracked: Sequence[Face] | None) -> float | None:
+        """The scale of a coarse re-detection's copy (< 1), or None for the full frame."""
+        if not self.coarse or not tracked:
+            return None
+        self._scheduled += 1
+        if self._scheduled % FULL_EVERY == 0:
+            return None
+        smallest = min(min(f.box[2] - f.box[0], f.box[3] - f.box[1]) for f in tracked)
+        scale = COARSE_FACE_PX / (NEWCOMER * smallest)
+        # A copy that is too small to hold a detection window is no help either.
+        return scale if scale <= 1.0 and min(frame.shape[:2]) * scale >= COARSE_FACE_PX else None
 
     def _refit(self, frame: Frame, face: Face) -> Face | None:
         self._refits += 1
         refitted = self.analyser.refit(frame, face)
         # A re-fit is a new measurement of the face: the embedding of an earlier frame does not describe it.
         return None if refitted is None else replace(refitted, embedding=None, recogniser=None)
+
+
+def _scaled(face: Face, factor: float) -> Face:
+    """`face` with its box and landmarks multiplied by `factor` (found on a scaled frame, put on the full one)."""
+    return replace(
+        face,
+        box=(face.box[0] * factor, face.box[1] * factor, face.box[2] * factor, face.box[3] * factor),
+        landmarks5=(face.landmarks5 * factor).astype(np.float32),
+        landmarks68=None if face.landmarks68 is None else (face.landmarks68 * factor).astype(np.float32),
+    )
 
 
 def _crowded(faces: Mapping[int, Face]) -> set[int]:
