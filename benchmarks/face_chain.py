@@ -5,11 +5,13 @@
 Runs `launch.py benchmark --processors face_swapper` (engine/benchmark.py: the whole run through the pipeline,
 then each stage alone on the same frames) with a timer around the functions each stage is made of, and prints,
 per frame of the stage-alone pass: decode and encode (p50, the benchmark's own stages); in the face stage,
-detection, refit (the tracker's landmark re-fit between detections) and embed (the source's); in the swap (per
-frame it processed: the stage pass runs it batched, then frame by frame), the two triangle warps (reshape and
-texture), the paste-back mask, colour transfer, and the rest (geometry, region copy, alpha blend); in identity
-QA, its refit, its embeddings and its own bookkeeping. Times are exclusive (a timed call inside another is the
-inner row's) and in ms per frame; the rows of one part add up to that part's time.
+detection (full or, where the tracked faces are large, coarse: on a downscaled copy), refit (the tracker's landmark
+re-fit between detections, and a coarse detection's re-fit of each face on the full frame) and embed (the
+source's); in the swap (per frame it processed: the stage pass runs it batched, then frame by frame), the two
+triangle warps (reshape and texture), the paste-back mask, colour transfer and its lighting check, and the rest
+(geometry, region copy, alpha blend); in identity QA, its refit, its embeddings and its own bookkeeping. Times are
+exclusive (a timed call inside another is the inner row's) and in ms per frame; the rows of one part add up to
+that part's time.
 """
 
 from __future__ import annotations
@@ -91,7 +93,10 @@ def patch(profile: Profile) -> None:
         setattr(analyser, name, profile.wrap({"detect": "detection"}.get(name, name), getattr(analyser, name)))
     landmark_swap.warp_triangles = profile.wrap("triangle warps", landmark_swap.warp_triangles)
     landmark_swap.landmark_mask = profile.wrap("paste-back mask", landmark_swap.landmark_mask)
-    colour.transfer = profile.wrap("colour", colour.transfer)
+    # The swapper reuses a tracked face's statistics (colour.TrackColours): `match` is every transfer, measured or
+    # not, and `mean_lab` the lighting check that decides.
+    colour.match = profile.wrap("colour", colour.match)
+    colour.mean_lab = profile.wrap("colour: lighting check", colour.mean_lab)
     swapper = face_swapper.FaceSwapper.process
 
     def process(self: Any, frames: Any, ctxs: Any) -> Any:
