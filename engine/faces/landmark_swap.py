@@ -148,8 +148,13 @@ def swap(
                 cv2.NORMAL_CLONE,
             )  # fmt: skip
             texture = cv2.cvtColor(cloned, cv2.COLOR_BGR2RGB)
-    m = mask[..., None]
-    blended = np.clip(np.rint(m * texture + (1.0 - m) * base), 0, 255).astype(np.uint8)
     out = target.copy()
-    out[y0:y1, x0:x1] = blended
+    out[y0:y1, x0:x1] = base
+    # The blend m·texture + (1 − m)·base is base itself where m = 0: computed on the mask's box only.
+    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    if len(rows):
+        inner = np.s_[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
+        m = mask[inner][..., None]
+        blended = np.clip(np.rint(m * texture[inner] + (1.0 - m) * base[inner]), 0, 255).astype(np.uint8)
+        out[y0 + rows[0] : y0 + rows[-1] + 1, x0 + cols[0] : x0 + cols[-1] + 1] = blended
     return out

@@ -99,13 +99,24 @@ def _fill(height: int, width: int, polygon: npt.NDArray[np.floating]) -> npt.NDA
 
 
 def _grow(region: npt.NDArray[np.bool_], pixels: float) -> npt.NDArray[np.bool_]:
-    """Dilate (pixels > 0) or erode (pixels < 0) a region with a disc of radius |pixels|."""
+    """Dilate (pixels > 0) or erode (pixels < 0) a region with a disc of radius |pixels|.
+
+    Only the region's bounding box, grown by the radius and a pixel, is computed (the same result: nothing outside
+    it can change, and every pixel that reads the box's edge is outside the region, so it stays 0 either way)."""
     radius = round(abs(pixels))
     if radius == 0:
         return region
+    rows, cols = np.flatnonzero(region.any(axis=1)), np.flatnonzero(region.any(axis=0))
+    if not len(rows):
+        return region
+    height, width = region.shape
+    y0, y1 = max(int(rows[0]) - radius - 1, 0), min(int(rows[-1]) + radius + 2, height)
+    x0, x1 = max(int(cols[0]) - radius - 1, 0), min(int(cols[-1]) + radius + 2, width)
     disc = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
     op = cv2.dilate if pixels > 0 else cv2.erode
-    return op(region.astype(np.uint8), disc).astype(bool)
+    out = np.zeros_like(region)
+    out[y0:y1, x0:x1] = op(region[y0:y1, x0:x1].astype(np.uint8), disc).astype(bool)
+    return out
 
 
 def _blur(mask: npt.NDArray[np.float32], sigma: float) -> npt.NDArray[np.float32]:
