@@ -145,7 +145,7 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         # Each source identity's `source` input, made once per job: (the identity, its latent) by id.
         self._latents: dict[int, tuple[SourceIdentity, npt.NDArray[np.float32]]] = {}
         # Colour statistics per tracked face, reused while its lighting holds (colour.TrackColours).
-        self._colours = colour.TrackColours("reinhard" if options.colour == "none" else options.colour)
+        self._colours = None if options.colour == "none" else colour.TrackColours(options.colour)
         if options.model == LANDMARK_WARP and "face" not in options.mask:
             raise InvalidJob(
                 "landmark_warp always follows the face outline: keep face in face_swapper.mask (box is for the "
@@ -262,7 +262,7 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
             masks = list(self.masker.restrictions(crops, points))
         for (i, face, identity), affine, mask in zip(jobs, affines, masks, strict=True):
             source = identity.faces[0]
-            recolour = partial(self._colours.transfer, ctxs[i].index, face)
+            recolour = None if self._colours is None else partial(self._colours.transfer, ctxs[i].index, face)
             swapped = landmark_swap(source.image, source.face.landmarks68, out[i], face.landmarks68, opts, recolour)
             out[i] = swapped if mask is None else masker.blend(out[i], swapped, mask, affine)
         return [self._blend(before, after) for before, after in zip(frames, out, strict=True)]
@@ -338,7 +338,7 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
             )
             swapped = executor.weave(subs, k)
             kept = [masks[n] for n in members]
-            if self.options.colour != "none":
+            if self._colours is not None:
                 # Colour transfer runs on the host, on the crops alone (a few kilobytes each).
                 pairs = zip(executor.host(swapped), executor.host(cut), kept, [jobs[n] for n in members], strict=True)
                 matched = [self._colours.transfer(ctxs[i].index, f, r, c, m) for r, c, m, (i, f, _) in pairs]

@@ -1,7 +1,8 @@
 """Colour transfer: make a swapped face's colours match the face it replaces.
 
 Both methods measure statistics inside a mask (weighted by it) and blend the corrected image with the original by
-the same mask, so pixels where the mask is 0 come back bit-identical.
+the same mask, so pixels where the mask is 0 come back bit-identical. `TrackColours` does a video's faces: each
+tracked face's statistics are measured once and reused while its lighting holds.
 """
 
 from __future__ import annotations
