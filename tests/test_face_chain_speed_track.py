@@ -1,16 +1,18 @@
 """The default face chain's per-track savings: colour statistics measured once per tracked face and lighting (the
-output within a stated tolerance of per-frame statistics, pixels outside the face region unchanged), and coarse
-re-detection on a downscaled copy (faces where the full-resolution detection puts them, on the demo media)."""
+output within a stated tolerance of per-frame statistics, pixels outside the face region unchanged), coarse
+re-detection on a downscaled copy (faces where the full-resolution detection puts them, on the demo media), and
+triangle warps that accumulate in place (bit-identical to before)."""
 
 from __future__ import annotations
 
 from functools import partial
 
+import cv2
 import numpy as np
 import pytest
 
 from engine import demo
-from engine.faces import colour, landmark_swap
+from engine.faces import colour, landmark_swap, warp
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.faces.tracking import COARSE_FACE_PX, FULL_EVERY, NEWCOMER, FaceTracker
 from engine.types import Face, Frame
@@ -164,3 +166,50 @@ def test_small_faces_are_detected_on_the_full_frame(analyser: EmbeddedAnalyser) 
     for frame in demo.frames(320, 180, 11):
         tracker.update(frame)
     assert spy.sizes == [(180, 320)] * 3 and tracker.stats.coarse == 0
+
+
+def _warp_as_before(src: Frame, src_pts: np.ndarray, shape: tuple[int, int], dst_pts: np.ndarray, tris: np.ndarray):  # noqa: ANN202
+    """warp_triangles as it was before it accumulated in place (each step's temporaries, then np.where)."""
+    h, w = shape
+    out, cover, src_f = np.zeros((h, w, 3), np.float32), np.zeros((h, w), np.float32), src.astype(np.float32)
+    for tri in tris:
+        s, d = src_pts[tri].astype(np.float32), dst_pts[tri].astype(np.float32)
+        x, y, bw, bh = cv2.boundingRect(d)
+        x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + bw, w), min(y + bh, h)
+        if x1 <= x0 or y1 <= y0:
+            continue
+        local = d - np.float32([x0, y0])
+        patch = cv2.warpAffine(src_f, cv2.getAffineTransform(s, local), (x1 - x0, y1 - y0),
+                               flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT_101)  # fmt: skip
+        tri_mask = np.zeros((y1 - y0, x1 - x0), np.float32)
+        cv2.fillConvexPoly(tri_mask, np.round(local).astype(np.int32), 1.0, lineType=cv2.LINE_AA)
+        keep = cover[y0:y1, x0:x1]
+        take = tri_mask * (1.0 - keep)
+        out[y0:y1, x0:x1] += patch * take[..., None]
+        cover[y0:y1, x0:x1] = keep + take
+    out = np.where(cover[..., None] > 0, out / np.maximum(cover, 1e-6)[..., None], 0.0)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8), np.clip(cover, 0.0, 1.0)
+
+
+def test_triangle_warps_are_bit_identical_to_before(analyser: EmbeddedAnalyser, source: tuple[Frame, Face]) -> None:
+    photo, face = source
+    calls = []
+
+    def record(*args: object) -> object:
+        calls.append(args)
+        return warp.warp_triangles(*args)
+
+    swap = landmark_swap.warp_triangles
+    landmark_swap.warp_triangles = record  # type: ignore[assignment]
+    try:
+        for frame in demo.frames(640, 360, 9)[::4]:
+            (target,) = analyser.detect(frame)
+            landmark_swap.swap(photo, face.landmarks68, frame, target.landmarks68)
+            # The same face half out of the frame: triangles clipped at its edge.
+            landmark_swap.swap(photo, face.landmarks68, frame, target.landmarks68 - [300.0, 0.0])
+    finally:
+        landmark_swap.warp_triangles = swap
+    assert len(calls) == 12
+    for args in calls:
+        new, old = warp.warp_triangles(*args), _warp_as_before(*args)  # type: ignore[arg-type]
+        assert np.array_equal(new[0], old[0]) and np.array_equal(new[1], old[1])

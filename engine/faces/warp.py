@@ -75,13 +75,17 @@ def warp_triangles(
         patch = cv2.warpAffine(
             src_f, affine, (x1 - x0, y1 - y0), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT_101
         )
-        tri_mask = np.zeros((y1 - y0, x1 - x0), np.float32)
-        cv2.fillConvexPoly(tri_mask, np.round(local).astype(np.int32), 1.0, lineType=cv2.LINE_AA)
-        region = out[y0:y1, x0:x1]
+        take = np.zeros((y1 - y0, x1 - x0), np.float32)
+        cv2.fillConvexPoly(take, np.round(local).astype(np.int32), 1.0, lineType=cv2.LINE_AA)
         keep = cover[y0:y1, x0:x1]
-        # Triangles share edges: take each pixel from the first triangle that covers it fully.
-        take = tri_mask * (1.0 - keep)
-        region += patch * take[..., None]
-        cover[y0:y1, x0:x1] = keep + take
-    out = np.where(cover[..., None] > 0, out / np.maximum(cover, 1e-6)[..., None], 0.0)
-    return np.clip(np.rint(out), 0, 255).astype(np.uint8), np.clip(cover, 0.0, 1.0)
+        # Triangles share edges: take each pixel from the first triangle that covers it fully (take = the
+        # triangle's coverage · (1 − keep); out += patch · take; cover += take), in place.
+        np.multiply(take, 1.0 - keep, out=take)
+        np.multiply(patch, take[..., None], out=patch)
+        region = out[y0:y1, x0:x1]
+        np.add(region, patch, out=region)
+        np.add(keep, take, out=keep)
+    # Where nothing was drawn out is 0, and stays 0.
+    np.divide(out, np.maximum(cover, 1e-6)[..., None], out=out)
+    np.rint(out, out=out)
+    return np.clip(out, 0, 255, out=out).astype(np.uint8), np.clip(cover, 0.0, 1.0)
