@@ -24,9 +24,9 @@ ColourMethod = Literal["reinhard", "histogram"]
 _MIN_STD = 1e-3
 # Pixels per row when a list of pixels is converted as an image.
 _ROW = 1024
-# A face's lighting is measured on one pixel in LIGHTING_STRIDE² (a 300 px face: about 5000 pixels, whose mean
-# colour is within a few hundredths of a ΔE of all of them).
-LIGHTING_STRIDE = 4
+# A face's lighting is measured on one pixel in LIGHTING_STRIDE²: on the demo faces (180p–720p) the mean colour of
+# those is within 0.001 ΔE of all the pixels' (every 4th pixel of every 4th row: up to 0.34 ΔE).
+LIGHTING_STRIDE = 2
 
 
 @dataclass(frozen=True)
