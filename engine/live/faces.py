@@ -1,5 +1,5 @@
-"""Face tracking for a live stream: the tracker re-made for the rate frames are processed at, and detection sized
-for a camera.
+"""Face tracking for a live stream: the tracker re-made for the rate frames are processed at, detection sized for
+a camera, and detections off the render thread.
 
 A full detection costs several frames' worth of re-fits (dlib HOG finds 40 px faces by doubling the frame first:
 ≈ 180 ms at 640×480 against ≈ 55 ms on the frame halved, measured on 2 loaded CPU cores), and in a live stream
@@ -7,12 +7,18 @@ that frame's result comes out that much later: the spikes set the latency's 95th
 webcam faces are large, so a live tracker's detections run on the frame scaled to `DETECT_SIDE` px on its long
 side — finding faces at least 80 px wide in a 640×480 frame (an eighth of its width) — and each face found is
 re-fitted on the full frame (≈ 15 ms), which puts its landmarks where a full-size detection would (0.5 px apart
-on the demo clip, against 0.8 px for the halved detection alone). Only the embedded (dlib) analyser is wrapped:
-buffalo_l's detector runs at a fixed input size, so scaling saves it nothing.
+on the demo clip, against 0.8 px for the halved detection alone).
+
+With the embedded (dlib) analyser no frame waits for a detection at all (`BackgroundDetector`): the render thread
+re-fits the tracked faces on every frame while a detection runs on a thread of its own on a recent frame (dlib
+releases the GIL while it scans), and its faces, re-fitted on the frame being rendered, join the tracker on the
+first frame after it finishes. buffalo_l's detector runs at a fixed input size (scaling saves it nothing) and
+shares its analyser's lock and device with the re-fits: it is left as it is.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -21,7 +27,9 @@ import cv2
 import numpy as np
 
 from engine.faces import FaceAnalyser
-from engine.faces.tracking import FaceTracker
+from engine.faces.boxes import iou
+from engine.faces.stage import SerialAnalyser
+from engine.faces.tracking import CROWD_IOU, FaceTracker
 from engine.service import FrameRenderer
 from engine.types import Face, Frame
 
@@ -41,10 +49,7 @@ class CameraDetector:
         return getattr(self._inner, name)
 
     def detect(self, frame: Frame) -> list[Face]:
-        scale = self.side / max(frame.shape[:2])
-        if scale >= 1:
-            return self._inner.detect(frame)
-        small = cv2.resize(frame, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+        small, scale = _camera_sized(frame, self.side)
         faces = []
         for face in self._inner.detect(small):
             full = _scaled(face, 1 / scale)
@@ -71,13 +76,126 @@ def _scaled(face: Face, factor: float) -> Face:
     )
 
 
+class BackgroundDetector:
+    """A live tracker's analyser whose `detect` never makes the frame wait for a detection.
+
+    The tracker calls `detect` on every frame (made with `redetect_every=1`); this decides when a detection runs:
+    on a thread of its own, with `detector` (an analyser of its own: the tracker's re-fits on the render thread
+    go on meanwhile through `analyser`, whose lock the detection does not hold), on the frame scaled to `side` px
+    on its long side, every `every` frames — and on the next frame whenever the last one found no face, found
+    faces crowding each other (the tracker re-fits no crowded face: only detections follow them), or a re-fit
+    failed since (a face may be leaving). `detect` returns the faces of a detection that finished since the last
+    call, each re-fitted on this frame (one that no longer fits is left out: it moved away or left), or none;
+    the very first call detects on its frame and waits, so a stream starts with its faces. A detection's error is
+    raised by the next `detect`. Every other call is `analyser`'s own. One detection at most is in flight."""
+
+    def __init__(self, analyser: FaceAnalyser, detector: FaceAnalyser, *, every: int, side: int = DETECT_SIDE) -> None:
+        self._inner = analyser
+        self._detector = detector
+        self.every = every
+        self.side = side
+        self._lock = threading.Lock()
+        self._running: threading.Thread | None = None
+        self._done: list[Face] | BaseException | None = None
+        self._since = 0  # frames since the last detection started
+        self._again = True  # the next frame should start a detection
+        self._first = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def detect(self, frame: Frame) -> list[Face]:
+        """Faces of a detection finished since the last call, re-fitted on `frame` (H×W×3 uint8 RGB), or []."""
+        if self._first:
+            self._first = False
+            faces = CameraDetector(self._detector, self.side).detect(frame)
+            self._settle(faces)
+            return faces
+        with self._lock:
+            done, self._done = self._done, None
+            idle = self._running is None or not self._running.is_alive()
+        if isinstance(done, BaseException):
+            raise done
+        if done is not None:
+            self._settle(done)
+        self._since += 1
+        if idle and (self._again or self._since >= self.every):
+            self._start(frame)
+        return [] if done is None else [f for f in (self._inner.refit(frame, face) for face in done) if f is not None]
+
+    def refit(self, frame: Frame, face: Face) -> Face | None:
+        refitted = self._inner.refit(frame, face)
+        if refitted is None:
+            self._again = True
+        return refitted
+
+    def embed(self, frame: Frame, faces: Sequence[Face]) -> list[Face]:
+        return self._inner.embed(frame, faces)
+
+    def distance(self, a: np.ndarray, b: np.ndarray) -> float:
+        return self._inner.distance(a, b)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for the detection in flight, if any (its result is still merged by the next `detect`)."""
+        running = self._running
+        if running is not None:
+            running.join(timeout)
+
+    def _settle(self, faces: Sequence[Face]) -> None:
+        """What the next detection waits for, after one that found `faces`."""
+        crowded = any(iou(a.box, b.box) > CROWD_IOU for i, a in enumerate(faces) for b in faces[i + 1 :])
+        self._again = not faces or crowded
+
+    def _start(self, frame: Frame) -> None:
+        # The thread gets its own scaled copy: the frame is the render's, and may be reused once it is done.
+        small, scale = _camera_sized(frame, self.side)
+        if small is frame:
+            small = frame.copy()
+        self._since, self._again = 0, False
+        self._running = threading.Thread(target=self._work, args=(small, scale), name="facestudio-live-detect")
+        self._running.daemon = True
+        self._running.start()
+
+    def _work(self, small: Frame, scale: float) -> None:
+        try:
+            result: list[Face] | BaseException = [_scaled(f, 1 / scale) for f in self._detector.detect(small)]
+        except BaseException as exc:  # handed to the render thread, whose loop reports it
+            result = exc
+        with self._lock:
+            self._done = result
+
+
+def _camera_sized(frame: Frame, side: int) -> tuple[Frame, float]:
+    """`frame` scaled to `side` px on its long side (a frame no larger as it is), and the factor it was scaled by."""
+    scale = side / max(frame.shape[:2])
+    if scale >= 1:
+        return frame, 1.0
+    return cv2.resize(frame, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA), scale
+
+
 def track_live(renderer: FrameRenderer, fps: float) -> None:
     """Give a live renderer a new tracker for `fps` processed frames per second (smoothing and gaps are in
-    seconds), detecting as a camera needs (CameraDetector, for the embedded analyser). Faces are detected afresh
-    on the next frame. Call it between renders, from the thread that renders."""
+    seconds), detecting as a camera needs: for the embedded analyser a `BackgroundDetector` (with a detection
+    analyser of its own, loaded once per runtime), else the analyser itself every `faces.redetect_every` frames.
+    The tracker follows identities as the job's would (appearance, embedding new faces). Faces are detected
+    afresh on the next frame. Call it between renders, from the thread that renders, holding the model lock
+    (it may load models)."""
     if renderer.faces is None:
         return
     stage = renderer.faces.stage
-    analyser = stage.analyser
-    detector: Any = CameraDetector(analyser) if stage.settings.analyser == "embedded" else analyser
-    stage.tracker = FaceTracker(detector, redetect_every=stage.settings.redetect_every, fps=fps)
+    old, settings = stage.tracker, stage.settings
+    if isinstance(old.analyser, BackgroundDetector):
+        old.analyser.wait()  # its last detection is not left running beside the new tracker's
+    identity = {"appearance": old.appearance, "embed_new": old.embed_new}
+    if settings.analyser != "embedded":
+        stage.tracker = FaceTracker(stage.analyser, redetect_every=settings.redetect_every, fps=fps, **identity)
+        return
+    from engine.faces.embedded import EmbeddedAnalyser
+
+    # The detections' own analyser (its own dlib objects: they are not documented as safe for concurrent calls),
+    # shared by the live streams of this runtime one detection at a time.
+    own = renderer.runtime.warm(
+        ("live_face_detector", settings.detector), lambda: SerialAnalyser(EmbeddedAnalyser(settings.detector))
+    )
+    detector = BackgroundDetector(stage.analyser, own, every=settings.redetect_every)
+    stage.tracker = FaceTracker(detector, redetect_every=1, fps=fps, **identity)

@@ -221,6 +221,7 @@ class LiveLoop:
         self.state = "starting"
         self.error: BaseException | None = None
         self._replacement: FrameRenderer | None = None
+        self._retrack = False  # the tracker is re-made for `fps` before the next frame
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"facestudio-{name}", daemon=True)
 
@@ -267,10 +268,6 @@ class LiveLoop:
                     if self.inbox.closed:
                         break
                     continue
-                if index == 0 or self._replacement is not None:
-                    self.renderer = self._replacement or self.renderer
-                    self._replacement = None
-                    track_live(self.renderer, self.fps)
                 out = self._render(captured, index)
                 if out is None:
                     break
@@ -301,6 +298,11 @@ class LiveLoop:
                     f"the camera sends {frame.shape[1]}×{frame.shape[0]} frames, above runtime.max_pixels="
                     f"{self.max_pixels}: choose a smaller camera resolution, or raise runtime.max_pixels"
                 )
+            # A new tracker (a new renderer, or the processed rate changed) under the lock: it may load models.
+            if index == 0 or self._replacement is not None or self._retrack:
+                self.renderer = self._replacement or self.renderer
+                self._replacement, self._retrack = None, False
+                track_live(self.renderer, self.fps)
             started = time.monotonic()
             self.state = "running"
             rendered = self.renderer.render(frame, index, track=True)
@@ -322,7 +324,7 @@ class LiveLoop:
         if max(figures.fps / self.fps, self.fps / figures.fps) > RETIME_RATIO:
             log.debug("live: tracker re-timed from %.1f to %.1f fps", self.fps, figures.fps)
             self.fps = figures.fps
-            track_live(self.renderer, figures.fps)
+            self._retrack = True
 
 
 class Sink(Protocol):
