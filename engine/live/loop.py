@@ -166,6 +166,15 @@ class LiveStats:
         while self._offered and now - self._offered[0] > self.window:
             self._offered.popleft()
 
+    def input_rate(self, now: float | None = None) -> float:
+        """Frames offered per second over the window (0 before two have been offered)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self._trim(now)
+            offered = list(self._offered)
+        span = offered[-1] - offered[0] if len(offered) > 1 else 0.0
+        return (len(offered) - 1) / span if span > 0 else 0.0
+
     def figures(self, state: str, now: float | None = None) -> Figures:
         now = time.monotonic() if now is None else now
         with self._lock:
@@ -268,7 +277,7 @@ class LiveLoop:
                     if self.inbox.closed:
                         break
                     continue
-                out = self._render(captured, index)
+                out = self._render(self._fresher(captured), index)
                 if out is None:
                     break
                 index += 1
@@ -314,6 +323,21 @@ class LiveLoop:
             rendered.after, index, captured.pts, captured.arrived, started, done, (started - asked) * 1000,
             rendered.faces_ms, rendered.chain_ms, len(rendered.chosen),
         )  # fmt: skip
+
+    def _fresher(self, captured: Captured) -> Captured:
+        """`captured`, or the camera's next frame when that one is due sooner than `captured` has waited: a frame
+        that waited more than half the camera's interval is older than the next will be by the time it comes, so
+        the loop waits for the next (up to a quarter interval past when it is due, then renders `captured`). The
+        frame rendered is then at most about half an interval old instead of up to one, for an idle eighth of an
+        interval per frame on average."""
+        rate = self.stats.input_rate()
+        if rate <= 0:
+            return captured
+        interval = 1.0 / rate
+        waited = time.monotonic() - captured.arrived
+        if waited <= interval / 2:
+            return captured
+        return self.inbox.take(timeout=max(interval - waited, 0.0) + interval / 4) or captured
 
     def _retime(self) -> None:
         """Re-time the tracker to the processed rate when the one it assumes is off by more than RETIME_RATIO
