@@ -18,6 +18,8 @@ shares its analyser's lock and device with the re-fits: it is left as it is.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -35,6 +37,8 @@ from engine.types import Face, Frame
 
 # Long side (px) of the frame a live detection runs on.
 DETECT_SIDE = 320
+# A detection is the face a failed re-fit lost when their boxes overlap by this much (the tracker's own link IoU).
+LOST_IOU = 0.3
 
 
 class CameraDetector:
@@ -89,8 +93,11 @@ class BackgroundDetector:
     the very first call detects on its frame and waits, so a stream starts with its faces. A detection's error is
     raised by the next `detect`. Every other call is `analyser`'s own. One detection at most is in flight."""
 
-    def __init__(self, analyser: FaceAnalyser, detector: FaceAnalyser, *, every: int, side: int = DETECT_SIDE) -> None:
+    def __init__(
+        self, analyser: FaceAnalyser, detector: FaceAnalyser, *, every: int, side: int = DETECT_SIDE, nice: int = 0
+    ) -> None:
         self._inner = analyser
+        self.nice = nice
         self._detector = detector
         self.every = every
         self.side = side
@@ -100,6 +107,8 @@ class BackgroundDetector:
         self._since = 0  # frames since the last detection started
         self._again = True  # the next frame should start a detection
         self._first = True
+        self._now: tuple[Frame, list[Face]] | None = None  # the frame detected on the render thread, its faces
+        self.runs = 0  # detections run (the first, waited for, included)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -108,7 +117,7 @@ class BackgroundDetector:
         """Faces of a detection finished since the last call, re-fitted on `frame` (H×W×3 uint8 RGB), or []."""
         if self._first:
             self._first = False
-            faces = CameraDetector(self._detector, self.side).detect(frame)
+            faces = self._detect_now(frame)
             self._settle(faces)
             return faces
         with self._lock:
@@ -124,10 +133,17 @@ class BackgroundDetector:
         return [] if done is None else [f for f in (self._inner.refit(frame, face) for face in done) if f is not None]
 
     def refit(self, frame: Frame, face: Face) -> Face | None:
+        """The tracked `face` re-fitted on `frame`; where that fails (a fast move, the face turning), the face a
+        detection on this frame finds where it was (IoU ≥ `LOST_IOU`), waited for — the face stays swapped
+        rather than vanishing until a background detection finds it again — else None."""
         refitted = self._inner.refit(frame, face)
-        if refitted is None:
-            self._again = True
-        return refitted
+        if refitted is not None:
+            return refitted
+        self._again = True
+        if self._now is None or self._now[0] is not frame:
+            self._now = (frame, self._detect_now(frame))
+        near = [f for f in self._now[1] if iou(f.box, face.box) >= LOST_IOU]
+        return max(near, key=lambda f: iou(f.box, face.box)) if near else None
 
     def embed(self, frame: Frame, faces: Sequence[Face]) -> list[Face]:
         return self._inner.embed(frame, faces)
@@ -141,6 +157,11 @@ class BackgroundDetector:
         if running is not None:
             running.join(timeout)
 
+    def _detect_now(self, frame: Frame) -> list[Face]:
+        """A detection on the render thread, with its analyser (free there: the thread's may be busy)."""
+        self.runs += 1
+        return CameraDetector(self._inner, self.side).detect(frame)
+
     def _settle(self, faces: Sequence[Face]) -> None:
         """What the next detection waits for, after one that found `faces`."""
         crowded = any(iou(a.box, b.box) > CROWD_IOU for i, a in enumerate(faces) for b in faces[i + 1 :])
@@ -152,11 +173,16 @@ class BackgroundDetector:
         if small is frame:
             small = frame.copy()
         self._since, self._again = 0, False
+        self.runs += 1
         self._running = threading.Thread(target=self._work, args=(small, scale), name="facestudio-live-detect")
         self._running.daemon = True
         self._running.start()
 
     def _work(self, small: Frame, scale: float) -> None:
+        if self.nice and sys.platform == "linux":
+            # Linux gives each thread its own niceness (this one only): the render thread and the transport get the
+            # CPU first, and the detection the time they leave, finishing a frame or two later.
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
         try:
             result: list[Face] | BaseException = [_scaled(f, 1 / scale) for f in self._detector.detect(small)]
         except BaseException as exc:  # handed to the render thread, whose loop reports it
@@ -197,5 +223,12 @@ def track_live(renderer: FrameRenderer, fps: float) -> None:
     own = renderer.runtime.warm(
         ("live_face_detector", settings.detector), lambda: SerialAnalyser(EmbeddedAnalyser(settings.detector))
     )
-    detector = BackgroundDetector(stage.analyser, own, every=settings.redetect_every)
+    detector = BackgroundDetector(stage.analyser, own, every=settings.redetect_every, nice=10)
     stage.tracker = FaceTracker(detector, redetect_every=1, fps=fps, **identity)
+
+
+def stop_live(renderer: FrameRenderer) -> None:
+    """Wait for a live tracker's background detection in flight, if any (a stream ending leaves no thread)."""
+    tracker = renderer.faces.stage.tracker if renderer.faces is not None else None
+    if tracker is not None and isinstance(tracker.analyser, BackgroundDetector):
+        tracker.analyser.wait(10)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine.errors import FacestudioError, InvalidInput
-from engine.live.faces import track_live
+from engine.live.faces import stop_live, track_live
 from engine.service import FrameRenderer
 from engine.types import Frame
 
@@ -284,6 +284,7 @@ class LiveLoop:
                 self.stats.done(out)
                 self.emit(out)
                 self._retime()
+            stop_live(self.renderer)
             self.state = "stopped"
         except BaseException as exc:  # reported through `state` and `error`: the stream's owner shows it
             self.error = exc
