@@ -61,6 +61,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 
 from engine.errors import FacestudioError, InvalidInput
+from engine.live.faces import track_live
 from engine.live.loop import Captured, LiveLoop, Processed, SinkThread
 from engine.live.record import Recorder, Recording
 from webui.privacy import _gradio_user, owner_from
@@ -411,6 +412,7 @@ class LiveHub:
                 )
         with self.service.model_lock:
             renderer = self.service.live_renderer(raw, [Path(s) for s in sources], fps=fps)
+            track_live(renderer, fps)  # loads the live detections' analyser now, not on the first frame
         loop = LiveLoop(renderer, self.service.model_lock, lambda out: None, fps=fps,
                         max_pixels=renderer.job.runtime.max_pixels)  # fmt: skip
         stream = WebStream(secrets.token_urlsafe(32), session, loop, fps)
