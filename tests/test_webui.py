@@ -212,6 +212,24 @@ def _component(config: dict, label: str) -> dict:
     return next(c for c in config["components"] if c.get("props", {}).get("label") == label)
 
 
+def test_a_settings_change_sends_one_request_the_preview_and_the_live_stream_follows_it(
+    ui: tuple[str, Studio],
+) -> None:
+    url, _ = ui
+    config = httpx.get(f"{url}config").json()
+    blend = _component(config, "blend (%)")["id"]
+    live_status = next(c for c in config["components"] if c.get("props", {}).get("elem_id") == "live-status")["id"]
+    deps = config["dependencies"]
+    # Gradio's client sends the requests one change triggers one after another: the preview is the only queued
+    # one, so nothing waits in front of it.
+    queued = [d for d in deps if [blend, "change"] in d["targets"] and d["queue"] is not False]
+    assert len(queued) == 1 and queued[0]["api_name"].startswith("on_preview")
+    # The Live tab's stream takes the new settings after the preview, chained to it.
+    live = [d for d in deps if live_status in d["outputs"] and d["api_name"].startswith("on_settings")]
+    assert live and all(d["trigger_after"] is not None for d in live)
+    assert queued[0]["id"] in {d["trigger_after"] for d in live}
+
+
 def test_cells_follow_the_option_metadata(ui: tuple[str, Studio]) -> None:
     url, _ = ui
     config = httpx.get(f"{url}config").json()

@@ -127,10 +127,18 @@ class LiveTab:
             self.on_record, [page.history_version], [self.status, self.recorded, self.record, page.history_version],
             concurrency_id="live",
         )  # fmt: skip
-        gr.on(
-            [c.change for c in settings] + [page.sources.change], self.on_settings, [page.sources, *settings],
-            [self.status], trigger_mode="always_last", concurrency_id="live-settings", show_progress="hidden",
-        )  # fmt: skip
+
+    def follow(self, *previews: Any) -> None:
+        """Apply the studio's settings to this session's stream after each of `previews` (the page's preview events,
+        which every settings and source change triggers). Chained after the preview, not beside it: Gradio's client
+        sends the requests of one change one after another, and a listener of its own on every setting delayed
+        each preview's request by 130–150 ms here (benchmarks/ui.py), stream or not."""
+        settings = self.page.settings.components
+        for preview in previews:
+            preview.then(
+                self.on_settings, [self.page.sources, *settings], [self.status], concurrency_id="live-settings",
+                show_progress="hidden", trigger_mode="always_last",
+            )  # fmt: skip
 
     # -- handlers ----------------------------------------------------------------------------------------------------
     def on_start(

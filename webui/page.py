@@ -447,16 +447,17 @@ class Page:
             self.on_target, [self.target], [self.frame_index, self.target_image, self.target_video, self.target_info],
             queue=False,
         ).then(self.on_preview, previewing, preview_out, concurrency_id="preview", concurrency_limit=4)  # fmt: skip
-        self.sources.change(
+        after_sources = self.sources.change(
             self.on_sources, [self.sources, *settings], [self.source_gallery, self.source_status],
             concurrency_id="preview", concurrency_limit=4,
         ).then(self.on_preview, previewing, preview_out, concurrency_id="preview", concurrency_limit=4)  # fmt: skip
-        gr.on(
+        after_settings = gr.on(
             [c.change for c in settings]
             + [self.frame_index.release, self.preview_btn.click, self.debug_preview.change],
             self.on_preview, previewing, preview_out, trigger_mode="always_last", concurrency_id="preview",
             concurrency_limit=4, show_progress="minimal",
         )  # fmt: skip
+        self.live.follow(after_sources, after_settings)
         self.frame_faces.select(
             self.on_pick, [self.face_paths], [self.reference, self.reference_picture, self.selector], queue=False
         )
