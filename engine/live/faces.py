@@ -37,6 +37,8 @@ from engine.types import Face, Frame
 
 # Long side (px) of the frame a live detection runs on.
 DETECT_SIDE = 320
+# The niceness of a live detection's thread (Linux): below the render thread's and the transport's priority.
+DETECT_NICE = 10
 # A detection is the face a failed re-fit lost when their boxes overlap by this much (the tracker's own link IoU).
 LOST_IOU = 0.3
 
@@ -81,7 +83,8 @@ def _scaled(face: Face, factor: float) -> Face:
 
 
 class BackgroundDetector:
-    """A live tracker's analyser whose `detect` never makes the frame wait for a detection.
+    """A live tracker's analyser whose `detect` never makes the frame wait for a detection (only a face that its
+    re-fit lost is looked for on its own frame: `refit`).
 
     The tracker calls `detect` on every frame (made with `redetect_every=1`); this decides when a detection runs:
     on a thread of its own, with `detector` (an analyser of its own: the tracker's re-fits on the render thread
@@ -181,7 +184,7 @@ class BackgroundDetector:
     def _work(self, small: Frame, scale: float) -> None:
         if self.nice and sys.platform == "linux":
             # Linux gives each thread its own niceness (this one only): the render thread and the transport get the
-            # CPU first, and the detection the time they leave, finishing a frame or two later.
+            # CPU first, and the detection the time they leave.
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
         try:
             result: list[Face] | BaseException = [_scaled(f, 1 / scale) for f in self._detector.detect(small)]
@@ -223,7 +226,7 @@ def track_live(renderer: FrameRenderer, fps: float) -> None:
     own = renderer.runtime.warm(
         ("live_face_detector", settings.detector), lambda: SerialAnalyser(EmbeddedAnalyser(settings.detector))
     )
-    detector = BackgroundDetector(stage.analyser, own, every=settings.redetect_every, nice=10)
+    detector = BackgroundDetector(stage.analyser, own, every=settings.redetect_every, nice=DETECT_NICE)
     stage.tracker = FaceTracker(detector, redetect_every=1, fps=fps, **identity)
 
 
