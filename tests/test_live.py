@@ -400,7 +400,9 @@ def test_a_face_whose_refit_fails_is_found_by_a_detection_on_that_frame() -> Non
     assert detector.refit(frame, face_at(100)).box[0] == pytest.approx(120)  # type: ignore[union-attr]
     assert detector.refit(frame, face_at(400)).box[0] == pytest.approx(420)  # type: ignore[union-attr]
     assert refits.detections == 2  # the first frame's, and one for this frame's two lost faces
-    assert detector.refit(frame, face_at(250)) is None  # nothing where this one was
+    refits.faces = [face_at(520)]  # moved 120 px (re-fitted: 521), past overlapping where it was, within reach
+    assert detector.refit(np.zeros_like(frame), face_at(400)).box[0] == pytest.approx(521)  # type: ignore[union-attr]
+    assert detector.refit(np.zeros_like(frame), face_at(300)) is None  # 220 px away: another face, not this one
 
 
 def test_a_failed_live_detection_is_raised_on_the_render_thread() -> None:

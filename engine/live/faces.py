@@ -18,6 +18,7 @@ shares its analyser's lock and device with the re-fits: it is left as it is.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -41,6 +42,8 @@ DETECT_SIDE = 320
 DETECT_NICE = 10
 # A detection is the face a failed re-fit lost when their boxes overlap by this much (the tracker's own link IoU).
 LOST_IOU = 0.3
+# … or when its centre lies within this many of the lost face's box sides (the tracker's reach for a lost track).
+LOST_REACH = 1.5
 
 
 class CameraDetector:
@@ -137,16 +140,19 @@ class BackgroundDetector:
 
     def refit(self, frame: Frame, face: Face) -> Face | None:
         """The tracked `face` re-fitted on `frame`; where that fails (a fast move, the face turning), the face a
-        detection on this frame finds where it was (IoU ≥ `LOST_IOU`), waited for — the face stays swapped
-        rather than vanishing until a background detection finds it again — else None."""
+        detection on this frame finds nearest to where it was — overlapping it (IoU ≥ `LOST_IOU`), else with its
+        centre within `LOST_REACH` of the face's box sides — waited for: the face stays swapped rather than
+        vanishing until a background detection finds it again (frames come several camera frames apart: a face
+        can move farther between two than its re-fit follows). None when no face is there."""
         refitted = self._inner.refit(frame, face)
         if refitted is not None:
             return refitted
         self._again = True
         if self._now is None or self._now[0] is not frame:
             self._now = (frame, self._detect_now(frame))
-        near = [f for f in self._now[1] if iou(f.box, face.box) >= LOST_IOU]
-        return max(near, key=lambda f: iou(f.box, face.box)) if near else None
+        side = max(face.box[2] - face.box[0], face.box[3] - face.box[1], 1.0)
+        near = [f for f in self._now[1] if iou(f.box, face.box) >= LOST_IOU or _apart(f, face) <= LOST_REACH * side]
+        return min(near, key=lambda f: (-iou(f.box, face.box), _apart(f, face))) if near else None
 
     def embed(self, frame: Frame, faces: Sequence[Face]) -> list[Face]:
         return self._inner.embed(frame, faces)
@@ -192,6 +198,13 @@ class BackgroundDetector:
             result = exc
         with self._lock:
             self._done = result
+
+
+def _apart(a: Face, b: Face) -> float:
+    """The distance between the centres of two faces' boxes (px)."""
+    return math.dist(
+        ((a.box[0] + a.box[2]) / 2, (a.box[1] + a.box[3]) / 2), ((b.box[0] + b.box[2]) / 2, (b.box[1] + b.box[3]) / 2)
+    )
 
 
 def _camera_sized(frame: Frame, side: int) -> tuple[Frame, float]:
