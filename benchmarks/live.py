@@ -49,6 +49,19 @@ from engine.service import Service  # noqa: E402
 from processors import REGISTRY  # noqa: E402
 from webui.app import Studio, UISettings, launch  # noqa: E402
 
+# The browser's side of the return leg, from WebRTC's statistics of the received video (cumulative counters).
+RECEIVED_JS = """async () => {
+  let out = null;
+  (await window.facestudioLive.pc.getStats()).forEach((s) => {
+    if (s.type === "inbound-rtp" && s.kind === "video") out = {
+      decoded: s.framesDecoded, decode: s.totalDecodeTime, processing: s.totalProcessingDelay,
+      assembly: s.totalAssemblyTime, assembled: s.framesAssembledFromMultiplePackets,
+      buffered: s.jitterBufferDelay, emitted: s.jitterBufferEmittedCount, target: s.jitterBufferTargetDelay,
+      codec: s.decoderImplementation };
+  });
+  return out;
+}"""
+
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]  # fmt: skip
 
@@ -100,7 +113,9 @@ def stream(y4m: Path, loop_ms: float, seconds: float, warmup: float, preset: str
             started = page.evaluate("() => window.facestudioLive.figures.shown")
             page.evaluate("""() => { window.fsLags = []; setInterval(() => {
                 const s = window.facestudioLive.server; if (s) window.fsLags.push(s.lag); }, 500); }""")
+            received = [page.evaluate(RECEIVED_JS)]
             time.sleep(seconds)
+            received.append(page.evaluate(RECEIVED_JS))
             shown = page.evaluate("() => window.fsShown")
             frames = page.evaluate("() => window.facestudioLive.figures.shown") - started
             stamps = page.evaluate(
@@ -113,7 +128,33 @@ def stream(y4m: Path, loop_ms: float, seconds: float, warmup: float, preset: str
             browser.close()
     finally:
         served.close()
-    return {"shown": shown, "frames": frames, "processing": stamps, "server": server, "legs": legs, "lags": lags}
+    return {
+        "shown": shown,
+        "frames": frames,
+        "processing": stamps,
+        "server": server,
+        "legs": legs,
+        "lags": lags,
+        "received": received,
+    }
+
+
+def per_frame(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The browser's milliseconds per received frame over the measured span: decoding, from the first packet to
+    decoded (WebRTC's processing delay), assembling a frame's packets, and in the jitter buffer."""
+    if not before or not after or after["decoded"] <= before["decoded"]:
+        return None
+
+    def ms(total: str, count: str) -> float | None:
+        frames = (after[count] or 0) - (before[count] or 0)
+        if frames <= 0 or after.get(total) is None or before.get(total) is None:
+            return None
+        return round((after[total] - before[total]) / frames * 1000, 1)
+
+    return {"decoder": after["codec"], "decode_ms": ms("decode", "decoded"),
+            "first_packet_to_decoded_ms": ms("processing", "decoded"), "assembly_ms": ms("assembly", "assembled"),
+            "jitter_buffer_ms": ms("buffered", "emitted"),
+            "jitter_buffer_target_ms": ms("target", "emitted")}  # fmt: skip
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -173,8 +214,11 @@ def main() -> int:
         "chain_per_frame_alone_ms": alone,
         "server_arrival_to_result_ms": result["server"]["lat"],
         "server_arrival_to_render_ms": summary([s["queued"] for s in result["processing"]]),
+        # From the result's end to the encoder taking it (the event loop's hand-over; webui/live_rtc.py).
+        "server_result_to_encoder_ms": summary([s["handover"] for s in result["processing"] if "handover" in s]),
         "input_lag_ms": summary(result["lags"]) if result["lags"] else None,
         "page_camera_to_server_estimate_ms": round(result["legs"]["upstream"], 1),
+        "browser_per_received_frame": per_frame(*result["received"]),
         "goal": {
             "latency_p95_ms": p95,
             "twice_the_chain_in_stream_ms": round(2 * in_stream["mean"], 1),

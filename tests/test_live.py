@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,13 @@ from engine.faces.embedded import EmbeddedAnalyser
 from engine.job import Job
 from engine.live import testcard
 from engine.live.devices import FileCamera, FolderSink, VirtualCameraSink, open_camera
-from engine.live.faces import CameraDetector, track_live
+from engine.live.faces import BackgroundDetector, CameraDetector, track_live
 from engine.live.local import run_camera
 from engine.live.loop import Captured, LatestFrame, LiveLoop, Processed, SinkThread
 from engine.live.record import Recorder
 from engine.provenance import verify
 from engine.service import LIVE_OUTPUT, LIVE_TARGET, Rendered, Service
+from engine.types import Face
 from processors import REGISTRY
 from tests.conftest import audio_seconds
 
@@ -96,6 +97,23 @@ def test_frames_that_arrive_while_one_renders_are_dropped_and_the_newest_goes_ne
     assert [o.pts for o in out] == [0, 5] and [o.index for o in out] == [0, 1]
     assert (loop.stats.offered, loop.stats.frames, loop.inbox.dropped) == (6, 2, 4)
     assert loop.state == "stopped"
+
+
+def test_a_frame_that_waited_over_half_the_cameras_interval_gives_way_to_the_next() -> None:
+    loop = LiveLoop(SteppedRenderer(), threading.Lock(), lambda out: None)  # type: ignore[arg-type]
+    now = time.monotonic()
+    for k in range(10):
+        loop.stats.offer(now - 0.5 + k * 0.05)  # a camera at 20 fps: a frame every 50 ms
+    assert loop.stats.input_rate(now) == pytest.approx(20)
+    fresh = Captured(frame_of(1), time.monotonic() - 0.01)
+    assert loop._fresher(fresh) is fresh  # 10 ms old: rendered as it is, at once
+    stale = Captured(frame_of(2), time.monotonic() - 0.04)  # 40 ms old: the next is due in 10 ms
+    newer = Captured(frame_of(3), 0.0)
+    threading.Timer(0.01, lambda: loop.inbox.put(newer)).start()
+    assert loop._fresher(stale) is newer
+    started = time.monotonic()
+    assert loop._fresher(Captured(frame_of(4), time.monotonic() - 0.04)).frame()[0, 0, 0] == 4  # none came …
+    assert time.monotonic() - started < 0.2  # … within a quarter interval of when it was due: it is rendered
 
 
 def test_while_a_job_holds_the_model_the_stream_waits_says_so_and_goes_on_with_the_newest_frame() -> None:
@@ -270,10 +288,134 @@ def test_a_live_renderer_is_retimed_to_the_rate_it_processes_at(card: list[np.nd
     renderer = Service(REGISTRY).live_renderer(SWAP, [demo.source_photo()], fps=30.0)
     track_live(renderer, 6.0)
     tracker = renderer.faces.stage.tracker
-    assert isinstance(tracker.analyser, CameraDetector) and tracker.redetect_every == 10
+    detector = tracker.analyser
+    # The tracker asks on every frame; the detector runs one every faces.redetect_every frames, off the render.
+    assert isinstance(detector, BackgroundDetector) and detector.every == 10 and tracker.redetect_every == 1
     rendered = [renderer.render(frame, i, track=True) for i, frame in enumerate(card)]
     assert all(len(r.chosen) == 1 for r in rendered)
-    assert tracker.stats.detections <= 3 and tracker.stats.frames == len(card)
+    # Far fewer detections than frames: the first, every 10th, and one where a re-fit lost the face (the card's
+    # frames are spread over the clip: its face moves far between two).
+    assert detector.runs <= 4 and tracker.stats.frames == len(card)
+
+
+def face_at(x: float) -> Face:
+    """A face whose box starts at `x` (px), 100 px wide."""
+    points = np.array([[x + 30, 40], [x + 70, 40], [x + 50, 60], [x + 35, 80], [x + 65, 80]], np.float32)
+    return Face(box=(x, 0.0, x + 100, 100.0), landmarks5=points, score=0.9)
+
+
+def scaled_to(faces: list[Face], frame: np.ndarray) -> list[Face]:
+    """`faces` (placed on a 640 px wide frame) as a detection on `frame` finds them."""
+    factor = frame.shape[1] / 640
+    return [replace(f, box=tuple(v * factor for v in f.box), landmarks5=f.landmarks5 * factor) for f in faces]
+
+
+class HeldDetector:
+    """The background detections' analyser: each detection waits for the test (`release`), then finds `faces`."""
+
+    def __init__(self, faces: list[Face]) -> None:
+        self.faces = faces
+        self.release = threading.Event()
+        self.shapes: list[tuple[int, ...]] = []
+        self.fail: Exception | None = None
+
+    def detect(self, frame: np.ndarray) -> list[Face]:
+        self.shapes.append(frame.shape)
+        assert self.release.wait(10)
+        if self.fail is not None:
+            raise self.fail
+        return scaled_to(self.faces, frame)
+
+
+class Refits:
+    """The render thread's analyser: detections find `faces`; re-fits move a face 1 px right, and faces left of
+    `gone` no longer fit."""
+
+    threshold, recogniser = 0.6, "test"
+
+    def __init__(self, faces: list[Face]) -> None:
+        self.faces = faces
+        self.gone = -1.0
+        self.detections = 0
+
+    def detect(self, frame: np.ndarray) -> list[Face]:
+        self.detections += 1
+        return scaled_to(self.faces, frame)
+
+    def refit(self, frame: np.ndarray, face: Face) -> Face | None:
+        return None if face.box[0] < self.gone else replace(face, box=(face.box[0] + 1, *face.box[1:]))
+
+    def embed(self, frame: np.ndarray, faces: Sequence[Face]) -> list[Face]:
+        return list(faces)
+
+    def distance(self, a: np.ndarray, b: np.ndarray) -> float:
+        return 0.0
+
+
+def test_no_frame_waits_for_a_live_detection_and_its_faces_join_on_the_next_frame() -> None:
+    held, refits = HeldDetector([face_at(100)]), Refits([face_at(100)])
+    detector = BackgroundDetector(refits, held, every=3)  # type: ignore[arg-type]
+    frame = np.zeros((480, 640, 3), np.uint8)
+    # The first detection is waited for (on the render thread): the stream starts with its faces.
+    (first,) = detector.detect(frame)
+    assert refits.detections == 1 and held.shapes == [] and first.box[0] == pytest.approx(101)  # re-fitted
+    # Every `every` frames a detection starts on a thread; meanwhile each frame is answered at once, empty.
+    assert [detector.detect(frame) for _ in range(3)] == [[], [], []] and detector.runs == 2
+    assert held.shapes == [(240, 320, 3)]  # on the frame scaled for a camera
+    held.faces = [face_at(100), face_at(400)]  # a second face came
+    started = time.monotonic()
+    assert detector.detect(frame) == [] and time.monotonic() - started < 1.0  # not waiting for it
+    held.release.set()
+    detector.wait(10)
+    # The frame after it finished gets its faces, re-fitted on that frame.
+    assert [f.box[0] for f in detector.detect(frame)] == pytest.approx([101, 401])
+    assert detector.detect(frame) == []
+
+
+def test_a_live_detection_runs_again_at_once_after_a_failed_refit_or_none_found_and_drops_faces_gone() -> None:
+    held, refits = HeldDetector([]), Refits([])
+    held.release.set()
+    detector = BackgroundDetector(refits, held, every=100)  # type: ignore[arg-type]
+    frame = np.zeros((480, 640, 3), np.uint8)
+    assert detector.detect(frame) == []
+    assert detector.detect(frame) == [] and detector.runs == 2  # none found: the next frame looks again
+    detector.wait(10)
+    held.faces = [face_at(100), face_at(400)]
+    assert detector.detect(frame) == [] and detector.runs == 3  # that one found none either: again
+    detector.wait(10)
+    refits.gone = 200  # the face at 100 has gone by the frame its detection is merged on
+    assert [f.box[0] for f in detector.detect(frame)] == pytest.approx([401])
+    assert detector.detect(frame) == [] and detector.runs == 3  # faces found: back to every 100 frames
+    assert detector.refit(frame, face_at(100)) is None  # a tracked face's re-fit fails, none is there …
+    assert detector.runs == 4 and refits.detections == 2  # (looked for on that frame, waited for)
+    assert detector.detect(frame) == [] and detector.runs == 5  # … and the next frame starts a detection
+
+
+def test_a_face_whose_refit_fails_is_found_by_a_detection_on_that_frame() -> None:
+    refits = Refits([face_at(100), face_at(400)])
+    detector = BackgroundDetector(refits, HeldDetector([]), every=100)  # type: ignore[arg-type]
+    frame = np.zeros((480, 640, 3), np.uint8)
+    detector.detect(frame)
+    refits.gone, refits.faces = 500, [face_at(120), face_at(420)]  # both moved 20 px: no re-fit holds
+    assert detector.refit(frame, face_at(100)).box[0] == pytest.approx(120)  # type: ignore[union-attr]
+    assert detector.refit(frame, face_at(400)).box[0] == pytest.approx(420)  # type: ignore[union-attr]
+    assert refits.detections == 2  # the first frame's, and one for this frame's two lost faces
+    refits.faces = [face_at(520)]  # moved 120 px (re-fitted: 521), past overlapping where it was, within reach
+    assert detector.refit(np.zeros_like(frame), face_at(400)).box[0] == pytest.approx(521)  # type: ignore[union-attr]
+    assert detector.refit(np.zeros_like(frame), face_at(300)) is None  # 220 px away: another face, not this one
+
+
+def test_a_failed_live_detection_is_raised_on_the_render_thread() -> None:
+    held = HeldDetector([face_at(100)])
+    detector = BackgroundDetector(Refits([face_at(100)]), held, every=1)  # type: ignore[arg-type]
+    frame = np.zeros((480, 640, 3), np.uint8)
+    detector.detect(frame)
+    held.fail = InvalidInput("the detector broke")
+    held.release.set()
+    detector.detect(frame)
+    detector.wait(10)
+    with pytest.raises(InvalidInput, match="the detector broke"):
+        detector.detect(frame)
 
 
 # -- recording ---------------------------------------------------------------------------------------------------

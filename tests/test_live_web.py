@@ -22,7 +22,8 @@ import pytest
 import uvicorn
 from aiortc import AudioStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 from aiortc.jitterbuffer import JitterBuffer
-from aiortc.rtp import RtpPacket
+from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParameters
+from aiortc.rtp import HeaderExtensions, RtpPacket, unpack_header_extensions
 from av import AudioFrame, VideoFrame
 from fastapi import FastAPI
 
@@ -31,7 +32,7 @@ from engine.live import testcard
 from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from processors import REGISTRY
 from tests.conftest import audio_seconds
-from webui.live_rtc import LiveHub, MarkerJitterBuffer, routes
+from webui.live_rtc import PLAYOUT_DELAY, LiveHub, MarkerJitterBuffer, ZeroPlayoutDelay, _play_at_once, routes
 from webui.privacy import COOKIE, owner_from
 from webui.studio import Session, Studio
 
@@ -335,6 +336,36 @@ def test_a_frame_is_handed_over_at_its_last_packet_not_at_the_next_frames_first(
     gappy = MarkerJitterBuffer(capacity=512, is_video=True)
     assert gappy.add(packet(10, 100, False, b"x"))[1] is None
     assert gappy.add(packet(12, 100, True, b"z"))[1] is None
+
+
+def test_the_results_carry_a_zero_playout_delay_where_the_browser_offers_the_extension() -> None:
+    async def answer(offer_extra: str) -> tuple[str, Any]:
+        browser, server = RTCPeerConnection(), RTCPeerConnection()
+        browser.addTransceiver("video", direction="sendrecv")
+        await browser.setLocalDescription(await browser.createOffer())
+        offer = browser.localDescription.sdp.replace("a=mid:0\r\n", f"a=mid:0\r\n{offer_extra}")
+        await server.setRemoteDescription(RTCSessionDescription(sdp=offer, type="offer"))
+        server.addTrack(VideoStreamTrack())
+        _play_at_once(server, offer)
+        await server.setLocalDescription(await server.createAnswer())
+        (transceiver,) = server.getTransceivers()
+        sender_map = transceiver.sender._RTCRtpSender__rtp_header_extensions_map
+        sdp = server.localDescription.sdp
+        await browser.close()
+        await server.close()
+        return sdp, sender_map
+
+    sdp, sender_map = asyncio.run(answer(f"a=extmap:9 {PLAYOUT_DELAY}\r\n"))
+    assert f"a=extmap:9 {PLAYOUT_DELAY}" in sdp and isinstance(sender_map, ZeroPlayoutDelay)
+    # What each packet carries: the extensions aiortc writes, and the playout delay at 0 (min 0, max 0).
+    sender_map.configure(RTCRtpParameters(headerExtensions=[
+        RTCRtpHeaderExtensionParameters(id=1, uri="urn:ietf:params:rtp-hdrext:sdes:mid"),
+        RTCRtpHeaderExtensionParameters(id=9, uri=PLAYOUT_DELAY),
+    ]))  # fmt: skip
+    assert unpack_header_extensions(*sender_map.set(HeaderExtensions(mid="0"))) == [(1, b"0"), (9, b"\x00\x00\x00")]
+    # A browser that does not offer it gets an answer without it, and packets as aiortc makes them.
+    sdp, sender_map = asyncio.run(answer(""))
+    assert PLAYOUT_DELAY not in sdp and not isinstance(sender_map, ZeroPlayoutDelay)
 
 
 def test_a_settings_change_applies_from_the_next_frame(studio: Studio, hub: LiveHub, server: Server) -> None:

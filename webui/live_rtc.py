@@ -45,7 +45,15 @@ import numpy as np
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.mediastreams import MediaStreamError
-from aiortc.rtp import RtpPacket
+from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParameters
+from aiortc.rtp import (
+    HeaderExtensions,
+    HeaderExtensionsMap,
+    RtpPacket,
+    pack_header_extensions,
+    unpack_header_extensions,
+)
+from aiortc.sdp import SessionDescription
 from av import VideoFrame
 from av.audio.resampler import AudioResampler
 from fastapi import APIRouter, HTTPException, Request
@@ -53,6 +61,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 
 from engine.errors import FacestudioError, InvalidInput
+from engine.live.faces import track_live
 from engine.live.loop import Captured, LiveLoop, Processed, SinkThread
 from engine.live.record import Recorder, Recording
 from webui.privacy import _gradio_user, owner_from
@@ -152,7 +161,7 @@ class WebStream:
                  "wait": round(out.waited_ms, 1), "queued": round((out.started - out.arrived) * 1000, 1),
                  "faces": out.faces}  # fmt: skip
         with contextlib.suppress(RuntimeError):  # the event loop has closed: the server is stopping
-            self.event_loop.call_soon_threadsafe(self.output.put, frame, stamp)
+            self.event_loop.call_soon_threadsafe(self.output.put, frame, stamp, out.done)
 
     def send(self, message: dict[str, Any]) -> None:
         """A message to the page over the data channel (on the event loop; dropped when it is not open)."""
@@ -205,6 +214,7 @@ class WebStream:
                 on_closed(self)
 
         await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type=kind))
+        _play_at_once(pc, sdp)
         await pc.setLocalDescription(await pc.createAnswer())
         self._tasks.append(asyncio.ensure_future(self._report()))
         return {"sdp": pc.localDescription.sdp, "type": pc.localDescription.type}
@@ -291,33 +301,83 @@ def _hand_over_at_marker(receiver: Any) -> None:
         log.info("aiortc's jitter buffer was not found; live frames reach the server one camera frame later")
 
 
+PLAYOUT_DELAY = "http://www.webrtc.org/experiments/rtp-hdrext/playout-delay"
+
+
+class ZeroPlayoutDelay(HeaderExtensionsMap):
+    """aiortc's header extensions, and on every packet the playout-delay extension with a minimum and maximum of 0
+    (3 bytes: two 12-bit delays in 10 ms units): the browser then decodes and shows each frame as soon as it is
+    whole, instead of holding it in its jitter buffer for a target delay (measured ≈ 31 ms a frame here, with
+    `jitterBufferTarget = 0` asked for: that is only the minimum). The RTP timestamps are the times frames are
+    sent (ResultTrack), so nothing would be gained by smoothing their playout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._id: int | None = None
+
+    def configure(self, parameters: RTCRtpParameters) -> None:
+        super().configure(parameters)
+        self._id = next((e.id for e in parameters.headerExtensions if e.uri == PLAYOUT_DELAY), None)
+
+    def set(self, values: HeaderExtensions) -> tuple[int, bytes]:
+        profile, data = super().set(values)
+        if self._id is None:
+            return profile, data
+        return pack_header_extensions([*unpack_header_extensions(profile, data), (self._id, b"\x00\x00\x00")])
+
+
+def _play_at_once(pc: RTCPeerConnection, offer: str) -> None:
+    """Negotiate the playout-delay extension for the results' video where the browser offers it, and send it as
+    ZeroPlayoutDelay. aiortc neither knows this extension nor exposes where it keeps a transceiver's extensions
+    and a sender's map (private attributes): when a later aiortc moves them, the stream works as before, with the
+    browser's own playout delay."""
+    offered = {}
+    for index, media in enumerate(SessionDescription.parse(offer).media):
+        ids = [e.id for e in media.rtp.headerExtensions if e.uri == PLAYOUT_DELAY]
+        if media.kind == "video" and ids:
+            offered[index] = ids[0]
+    mapped = 0
+    for transceiver in pc.getTransceivers():
+        index = getattr(transceiver, "_get_mline_index", lambda: None)()
+        extensions = getattr(transceiver, "_headerExtensions", None)
+        name = "_RTCRtpSender__rtp_header_extensions_map"
+        if index not in offered or not isinstance(extensions, list) or not hasattr(transceiver.sender, name):
+            continue
+        extensions.append(RTCRtpHeaderExtensionParameters(id=offered[index], uri=PLAYOUT_DELAY))
+        setattr(transceiver.sender, name, ZeroPlayoutDelay())
+        mapped += 1
+    if offered and not mapped:
+        log.info("aiortc's header extensions were not found; the browser holds live results for its playout delay")
+
+
 class ResultTrack(MediaStreamTrack):
     """The video track sent back: the newest result (one the encoder has not taken yet is replaced). Each frame is
     timestamped when the encoder takes it (90 kHz, strictly increasing), so its RTP timestamps follow the times
     frames are sent and the browser's jitter buffer, seeing no jitter, holds nothing back; its stamp goes to the
-    page (`stamped`) with that timestamp, for the page to find it again."""
+    page (`stamped`) with that timestamp and `handover`: the ms from the result's end (`done`, monotonic s) to the
+    encoder taking it, for the page to find it again."""
 
     kind = "video"
 
     def __init__(self, stamped: Callable[[dict[str, Any]], None]) -> None:
         super().__init__()
         self._stamped = stamped
-        self._queue: asyncio.Queue[tuple[Any, dict[str, Any]]] = asyncio.Queue(maxsize=1)
+        self._queue: asyncio.Queue[tuple[Any, dict[str, Any], float]] = asyncio.Queue(maxsize=1)
         self._t0: float | None = None
         self._pts = -1
 
-    def put(self, frame: Any, stamp: dict[str, Any]) -> None:
+    def put(self, frame: Any, stamp: dict[str, Any], done: float) -> None:
         if self._queue.full():
             self._queue.get_nowait()
-        self._queue.put_nowait((frame, stamp))
+        self._queue.put_nowait((frame, stamp, done))
 
     async def recv(self) -> Any:
-        frame, stamp = await self._queue.get()
+        frame, stamp, done = await self._queue.get()
         now = time.monotonic()
         self._t0 = now if self._t0 is None else self._t0
         self._pts = max(round((now - self._t0) * 90000), self._pts + 1)
         frame.pts, frame.time_base = self._pts, _VIDEO_TIME_BASE
-        self._stamped({**stamp, "pts": self._pts})
+        self._stamped({**stamp, "pts": self._pts, "handover": round((now - done) * 1000, 1)})
         return frame
 
 
@@ -352,6 +412,7 @@ class LiveHub:
                 )
         with self.service.model_lock:
             renderer = self.service.live_renderer(raw, [Path(s) for s in sources], fps=fps)
+            track_live(renderer, fps)  # loads the live detections' analyser now, not on the first frame
         loop = LiveLoop(renderer, self.service.model_lock, lambda out: None, fps=fps,
                         max_pixels=renderer.job.runtime.max_pixels)  # fmt: skip
         stream = WebStream(secrets.token_urlsafe(32), session, loop, fps)

@@ -4,7 +4,7 @@
               newest wins     FrameRenderer.render(track=True), model lock per frame
 
 - `loop`: the mailbox, the render loop, its figures, sinks on their own threads (the drop policy lives here).
-- `faces`: the tracker re-made for the processed rate, and detection sized for a camera.
+- `faces`: the tracker re-made for the processed rate, detection sized for a camera and run off the render thread.
 - `record`: recording the processed stream (and the microphone) to a video tagged synthetic, with its sidecar.
 - `devices`: local cameras (a camera number or a video file played as one) and local sinks (a window, a virtual
   camera, a folder of frames for tests); `local.run_camera` streams one into the others (`launch.py live`).
@@ -27,5 +27,9 @@ newest frame, rather than two model users sharing one GPU's memory.
 
 **Tracking.** Faces are tracked from frame to frame (re-fits between detections, smoothing in seconds). The
 tracker must know the rate it sees frames at — for a live stream the processed rate, not the camera's — so the
-loop measures it and re-times the tracker when it is off by more than `RETIME_RATIO`.
+loop measures it and re-times the tracker when it is off by more than `RETIME_RATIO`. Detections run on a thread
+of their own (`faces.BackgroundDetector`): no frame waits for one, their faces join on the frame after.
+
+**Fresher frames.** A frame that waited in the mailbox more than half the camera's interval gives way to the next
+one when that is due soon (`LiveLoop._fresher`): what is rendered is at most about half an interval old.
 """

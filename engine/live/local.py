@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.live.devices import Camera
+from engine.live.faces import track_live
 from engine.live.loop import Captured, Figures, LiveLoop, Processed, Sink, SinkThread, percentile
 from engine.live.record import Recorder, Recording
 from engine.service import FrameRenderer
@@ -92,6 +93,8 @@ def run_camera(
         if frames is not None and out.index + 1 >= frames:
             enough.set()
 
+    with model_lock:
+        track_live(renderer, camera.fps)  # loads the live detections' analyser before the camera plays
     loop = LiveLoop(renderer, model_lock, emit, fps=camera.fps, max_pixels=renderer.job.runtime.max_pixels).start()
     started = time.monotonic()
     capture = _Capture(camera, loop, stop)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine.errors import FacestudioError, InvalidInput
-from engine.live.faces import track_live
+from engine.live.faces import stop_live, track_live
 from engine.service import FrameRenderer
 from engine.types import Frame
 
@@ -166,6 +166,15 @@ class LiveStats:
         while self._offered and now - self._offered[0] > self.window:
             self._offered.popleft()
 
+    def input_rate(self, now: float | None = None) -> float:
+        """Frames offered per second over the window (0 before two have been offered)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self._trim(now)
+            offered = list(self._offered)
+        span = offered[-1] - offered[0] if len(offered) > 1 else 0.0
+        return (len(offered) - 1) / span if span > 0 else 0.0
+
     def figures(self, state: str, now: float | None = None) -> Figures:
         now = time.monotonic() if now is None else now
         with self._lock:
@@ -221,6 +230,7 @@ class LiveLoop:
         self.state = "starting"
         self.error: BaseException | None = None
         self._replacement: FrameRenderer | None = None
+        self._retrack = False  # the tracker is re-made for `fps` before the next frame
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"facestudio-{name}", daemon=True)
 
@@ -267,17 +277,14 @@ class LiveLoop:
                     if self.inbox.closed:
                         break
                     continue
-                if index == 0 or self._replacement is not None:
-                    self.renderer = self._replacement or self.renderer
-                    self._replacement = None
-                    track_live(self.renderer, self.fps)
-                out = self._render(captured, index)
+                out = self._render(self._fresher(captured), index)
                 if out is None:
                     break
                 index += 1
                 self.stats.done(out)
                 self.emit(out)
                 self._retime()
+            stop_live(self.renderer)
             self.state = "stopped"
         except BaseException as exc:  # reported through `state` and `error`: the stream's owner shows it
             self.error = exc
@@ -301,6 +308,11 @@ class LiveLoop:
                     f"the camera sends {frame.shape[1]}×{frame.shape[0]} frames, above runtime.max_pixels="
                     f"{self.max_pixels}: choose a smaller camera resolution, or raise runtime.max_pixels"
                 )
+            # A new tracker (a new renderer, or the processed rate changed) under the lock: it may load models.
+            if index == 0 or self._replacement is not None or self._retrack:
+                self.renderer = self._replacement or self.renderer
+                self._replacement, self._retrack = None, False
+                track_live(self.renderer, self.fps)
             started = time.monotonic()
             self.state = "running"
             rendered = self.renderer.render(frame, index, track=True)
@@ -313,6 +325,21 @@ class LiveLoop:
             rendered.faces_ms, rendered.chain_ms, len(rendered.chosen),
         )  # fmt: skip
 
+    def _fresher(self, captured: Captured) -> Captured:
+        """`captured`, or the camera's next frame when that one is due sooner than `captured` has waited: a frame
+        that waited more than half the camera's interval is older than the next will be by the time it comes, so
+        the loop waits for the next (up to a quarter interval past when it is due, then renders `captured`). The
+        frame rendered is then at most about half an interval old instead of up to one, for an idle eighth of an
+        interval per frame on average."""
+        rate = self.stats.input_rate()
+        if rate <= 0:
+            return captured
+        interval = 1.0 / rate
+        waited = time.monotonic() - captured.arrived
+        if waited <= interval / 2:
+            return captured
+        return self.inbox.take(timeout=max(interval - waited, 0.0) + interval / 4) or captured
+
     def _retime(self) -> None:
         """Re-time the tracker to the processed rate when the one it assumes is off by more than RETIME_RATIO
         (once enough frames have been processed to measure it)."""
@@ -322,7 +349,7 @@ class LiveLoop:
         if max(figures.fps / self.fps, self.fps / figures.fps) > RETIME_RATIO:
             log.debug("live: tracker re-timed from %.1f to %.1f fps", self.fps, figures.fps)
             self.fps = figures.fps
-            track_live(self.renderer, figures.fps)
+            self._retrack = True
 
 
 class Sink(Protocol):
