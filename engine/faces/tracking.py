@@ -610,7 +610,7 @@ class FaceTracker:
         small = cv2.resize(frame, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
         faces = []
         for face in self.analyser.detect(small):
-            refitted = self.analyser.refit(frame, _scaled(face, 1.0 / scale))
+            refitted = self.analyser.refit(frame, scaled_face(face, 1.0 / scale))
             if refitted is None:
                 logger.debug("coarse detection: a face found at %.2f× does not re-fit; detecting at full size", scale)
                 return self.analyser.detect(frame)
@@ -637,7 +637,7 @@ class FaceTracker:
         return None if refitted is None else replace(refitted, embedding=None, recogniser=None)
 
 
-def _scaled(face: Face, factor: float) -> Face:
+def scaled_face(face: Face, factor: float) -> Face:
     """`face` with its box and landmarks multiplied by `factor` (found on a scaled frame, put on the full one)."""
     return replace(
         face,

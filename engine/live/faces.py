@@ -23,7 +23,6 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import cv2
@@ -32,7 +31,7 @@ import numpy as np
 from engine.faces import FaceAnalyser
 from engine.faces.boxes import iou
 from engine.faces.stage import SerialAnalyser
-from engine.faces.tracking import CROWD_IOU, FaceTracker
+from engine.faces.tracking import CROWD_IOU, FaceTracker, scaled_face
 from engine.service import FrameRenderer
 from engine.types import Face, Frame
 
@@ -61,7 +60,7 @@ class CameraDetector:
         small, scale = _camera_sized(frame, self.side)
         faces = []
         for face in self._inner.detect(small):
-            full = _scaled(face, 1 / scale)
+            full = scaled_face(face, 1 / scale)
             faces.append(self._inner.refit(frame, full) or full)
         return faces
 
@@ -73,16 +72,6 @@ class CameraDetector:
 
     def distance(self, a: np.ndarray, b: np.ndarray) -> float:
         return self._inner.distance(a, b)
-
-
-def _scaled(face: Face, factor: float) -> Face:
-    """`face` with its box and landmarks multiplied by `factor` (found on a scaled frame, put on the full one)."""
-    return replace(
-        face,
-        box=(face.box[0] * factor, face.box[1] * factor, face.box[2] * factor, face.box[3] * factor),
-        landmarks5=(face.landmarks5 * factor).astype(np.float32),
-        landmarks68=None if face.landmarks68 is None else (face.landmarks68 * factor).astype(np.float32),
-    )
 
 
 class BackgroundDetector:
@@ -193,7 +182,7 @@ class BackgroundDetector:
             # CPU first, and the detection the time they leave.
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
         try:
-            result: list[Face] | BaseException = [_scaled(f, 1 / scale) for f in self._detector.detect(small)]
+            result: list[Face] | BaseException = [scaled_face(f, 1 / scale) for f in self._detector.detect(small)]
         except BaseException as exc:  # handed to the render thread, whose loop reports it
             result = exc
         with self._lock:
