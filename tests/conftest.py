@@ -17,6 +17,7 @@ import pytest
 from typing_extensions import override  # typing.override needs Python 3.12
 
 from engine import media as video
+from engine.faces.embedded import EmbeddedAnalyser
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -115,6 +116,12 @@ def _handler(state: ServerState) -> type[http.server.BaseHTTPRequestHandler]:
             pass  # keep pytest output clean
 
     return Handler
+
+
+@pytest.fixture(scope="session")
+def analyser() -> EmbeddedAnalyser:
+    """The embedded analyser (dlib HOG), loaded once for the session: it keeps no state between calls."""
+    return EmbeddedAnalyser("hog")
 
 
 @pytest.fixture

@@ -19,11 +19,6 @@ from engine.types import Face, Frame
 
 
 @pytest.fixture(scope="module")
-def analyser() -> EmbeddedAnalyser:
-    return EmbeddedAnalyser("hog")
-
-
-@pytest.fixture(scope="module")
 def source(analyser: EmbeddedAnalyser) -> tuple[Frame, Face]:
     photo = demo.frames(480, 360, 1)[0]
     (face,) = analyser.detect(photo)

@@ -24,11 +24,6 @@ from processors.face_debugger import LANDMARKS5, PALETTE, UNNUMBERED, FaceDebugg
 
 
 @pytest.fixture(scope="module")
-def analyser() -> EmbeddedAnalyser:
-    return EmbeddedAnalyser("hog")
-
-
-@pytest.fixture(scope="module")
 def scene(analyser: EmbeddedAnalyser) -> tuple[Frame, Face]:
     frame = demo.frames(320, 180, 1)[0]
     (face,) = analyser.detect(frame)

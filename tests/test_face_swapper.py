@@ -23,11 +23,6 @@ from engine.types import Face, Frame
 
 
 @pytest.fixture(scope="module")
-def analyser() -> EmbeddedAnalyser:
-    return EmbeddedAnalyser()
-
-
-@pytest.fixture(scope="module")
 def photos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("photos")
     Image.fromarray(demo.photo()).save(folder / "astronaut.png")

@@ -24,11 +24,6 @@ from engine.types import Face
 
 
 @pytest.fixture(scope="module")
-def analyser() -> EmbeddedAnalyser:
-    return EmbeddedAnalyser()
-
-
-@pytest.fixture(scope="module")
 def astronaut() -> np.ndarray:
     return np.ascontiguousarray(skimage.data.astronaut())
 

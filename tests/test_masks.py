@@ -89,11 +89,6 @@ def runtime(manifest: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     yield Runtime(RuntimeSettings(backend="onnx"), manifest=Manifest.load(manifest))
 
 
-@pytest.fixture(scope="module")
-def analyser() -> EmbeddedAnalyser:
-    return EmbeddedAnalyser("hog")
-
-
 def two_faces(shift: int = 0) -> Frame:
     """400×200 RGB: the astronaut's face and its mirror image side by side, moved right by `shift` px."""
     face = cv2.resize(demo.photo()[20:340, 100 - shift : 420 - shift], (200, 200), interpolation=cv2.INTER_AREA)

@@ -44,11 +44,6 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def analyser() -> EmbeddedAnalyser:
-    return EmbeddedAnalyser("hog")
-
-
-@pytest.fixture(scope="module")
 def runtime() -> Runtime:
     """One runtime for the module: its scan cache holds the clip's scan after the first test that needs it."""
     return Runtime(RuntimeSettings())
