@@ -18,6 +18,7 @@ from fastapi import FastAPI
 import cli
 from engine.health import Readiness
 from engine.metrics import PROCESS_METRICS
+from engine.models import derived
 from engine.models.runtime import Folders
 from processors import REGISTRY
 from webui import server
@@ -124,13 +125,36 @@ def test_volumes_exist_and_mount_where_the_engine_looks() -> None:
     for name, spec in pod_specs():
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         for volume in volumes.values():
-            assert volume["persistentVolumeClaim"]["claimName"] in claims, name
+            assert "secret" in volume or volume["persistentVolumeClaim"]["claimName"] in claims, name
         for container in spec["containers"]:
             mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
             assert set(mounts.values()) <= set(volumes), name
             if mounts:
                 assert {str(folders.models), str(folders.cache)} <= set(mounts), name
         assert spec["securityContext"]["runAsNonRoot"] is True, name
+
+
+def test_every_pod_sharing_the_cache_reads_one_integrity_key_from_a_read_only_secret() -> None:
+    # Derived models (conversions, exports, quantised graphs) in the shared volumes are signed with the
+    # installation's key: a pod with a key of its own would redo or refuse what another pod made.
+    sharing = []
+    for name, spec in pod_specs():
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for container in spec["containers"]:
+            mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+            if "/data/cache" not in mounts:
+                continue
+            env = {e["name"]: e for e in container.get("env", [])}
+            key = Path(env[derived.KEY_ENV]["value"])
+            mount = mounts[str(key.parent)]
+            assert mount.get("readOnly") is True, name
+            secret = volumes[mount["name"]]["secret"]
+            assert secret["defaultMode"] & 0o227 == 0, name  # nobody writes it, others cannot read it
+            sharing.append((secret["secretName"], key.name))
+    assert len(sharing) == 2 and len(set(sharing)) == 1, sharing
+    # The manifest's comment tells how to make that secret, with a key long enough for the engine.
+    text = (DEPLOY / "facestudio.yaml").read_text()
+    assert f"kubectl create secret generic {sharing[0][0]} --from-literal={sharing[0][1]}=" in text
 
 
 def test_ray_workers_ask_for_one_gpu_each_from_the_same_image() -> None:
