@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 
 from engine.home import home
-
-NOTICE_VERSION = 1
 
 NOTICE = (
     "facestudio changes faces in images and video. Use it only on media you have the right to edit and only with "
@@ -19,6 +18,12 @@ NOTICE = (
 )
 
 ENV_ACCEPT = "FACESTUDIO_ACCEPT"
+
+
+def notice_digest() -> str:
+    """The sha256 (hex) of the notice's text. An acknowledgement records it, so any change to the wording asks
+    again: there is no version number to forget to bump."""
+    return hashlib.sha256(NOTICE.encode("utf-8")).hexdigest()
 
 
 def state_file() -> Path:
@@ -31,20 +36,20 @@ def accepted_by_env() -> bool:
 
 
 def is_acknowledged() -> bool:
-    """True when this machine's user acknowledged the current version of the notice."""
+    """True when this machine's user acknowledged the notice as it reads now (an older wording does not count)."""
     try:
         data = json.loads(state_file().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and data.get("version") == NOTICE_VERSION
+    return isinstance(data, dict) and data.get("notice") == notice_digest()
 
 
 def acknowledge() -> Path:
-    """Record the acknowledgement (with the time, in UTC); returns the file written."""
+    """Record the acknowledgement of this wording (its digest, with the time in UTC); returns the file written."""
     path = state_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        json.dumps({"version": NOTICE_VERSION, "acknowledged": datetime.now(UTC).isoformat(timespec="seconds")}),
+        json.dumps({"notice": notice_digest(), "acknowledged": datetime.now(UTC).isoformat(timespec="seconds")}),
         encoding="utf-8",
     )
     return path

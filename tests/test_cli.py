@@ -210,6 +210,19 @@ def test_consent_prompt_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
     cli.require_consent(yes=False)
 
 
+def test_a_changed_notice_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import consent
+
+    consent.acknowledge()
+    assert consent.is_acknowledged()
+    monkeypatch.setattr(consent, "NOTICE", consent.NOTICE + " Outputs also carry a visible mark.")
+    assert not consent.is_acknowledged()
+    # An acknowledgement recorded by an older facestudio (a version number, no digest) does not count either.
+    consent.state_file().write_text('{"version": 1, "acknowledged": "2026-01-01T00:00:00+00:00"}')
+    monkeypatch.undo()
+    assert not consent.is_acknowledged()
+
+
 def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", "--set", "frame_enhancer.scal=2", "--target", "a.mp4", "--output", "b.mp4"]) == 2
     assert capsys.readouterr().err == (
