@@ -152,7 +152,7 @@ def test_every_pod_sharing_the_cache_reads_one_integrity_key_from_a_read_only_se
             assert secret["defaultMode"] & 0o227 == 0, name  # nobody writes it, others cannot read it
             sharing.append((secret["secretName"], key.name))
     assert len(sharing) == 2 and len(set(sharing)) == 1, sharing
-    # The manifest's comment tells how to make that secret, with a key long enough for the engine.
+    # The manifest's header tells how to make that secret, under the file name the engine is pointed at.
     text = (DEPLOY / "facestudio.yaml").read_text()
     assert f"kubectl create secret generic {sharing[0][0]} --from-literal={sharing[0][1]}=" in text
 
