@@ -17,6 +17,7 @@ from engine.errors import InvalidInput
 from engine.job import Preset
 from processors.face_debugger import PALETTE
 from webui.app import Studio
+from webui.cells import Values
 from webui.page import Page
 from webui.privacy import COOKIE
 from webui.studio import _write_jpeg
@@ -50,9 +51,10 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     request = _Request("d" * 64)
     preset = Preset.parse({"processors": ["face_swapper"], "faces": {"selector": "map"}}, studio.registry)
     values = page.settings.values_from(preset)
+    heard = Values(values)  # what the page's session state holds for these widgets
     target = str(pair["target"])
 
-    version, status = page.people.on_find(target, 0, request, *values)
+    version, status = page.people.on_find(target, 0, heard, request)
     assert version == 1 and status.startswith("**People** — people 0 and 1 in pair.png")
     session = page.people._session(request)
     state = session.people
@@ -68,12 +70,12 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     assert left.box[2] < 512 <= right.box[0]  # person 0 the astronaut on the left, person 1 Hopper
 
     # Before anyone has photos, a map preview says what to do.
-    _, _, _, message = page.on_preview(target, [], 0, [], False, request, *values)
+    _, _, _, message, _ = page.on_preview(target, [], 0, [], False, heard, request)
     assert "give at least one person source photos" in message
 
     selector, summary = page.people._given(1)([str(pair["astronaut"])], request)
     assert selector == "map" and summary.startswith("**People** — person 1 ← astronaut.png")
-    compare, _, _, message = page.on_preview(target, [], 0, [], False, request, *values)
+    compare, _, _, message, _ = page.on_preview(target, [], 0, [], False, heard, request)
     assert "2 faces found, 1 changed" in message, message
     before, after = (video.read_image(Path(p))[0] for p in compare["value"])
     image = pair["image"]
@@ -85,7 +87,7 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     assert np.abs(after[y1:y2, x1:x2].astype(int) - image[y1:y2, x1:x2]).mean() > 5  # Hopper: swapped
 
     # The preview's debugger toggle draws on the preview alone: Hopper's box in person 1's colour.
-    compare, _, _, message = page.on_preview(target, [], 0, [], True, request, *values)
+    compare, _, _, message, _ = page.on_preview(target, [], 0, [], True, heard, request)
     drawn = video.read_image(Path(compare["value"][1]))[0]
     edge = drawn[y1 + 5 : y2 - 5, x1 + 1]
     assert (np.abs(edge.astype(int) - PALETTE[1]).max(axis=1) <= 40).mean() > 0.9

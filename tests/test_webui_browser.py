@@ -137,6 +137,25 @@ def test_the_common_path_fits_one_screen_and_face_pictures_show_whole_faces(
     page.context.close()
 
 
+def test_the_preview_follows_what_the_widgets_show(app: str, browser: Any, media: dict[str, Path]) -> None:
+    """A change sends its cell's widgets alone and the server keeps the session's copy of the rest: the preview
+    must render what the page shows after a user's change and after a handler sets the widgets (a preset)."""
+    from playwright.sync_api import expect
+
+    page = open_page(browser, app)
+    load_inputs(page, media["source"], media["photo"])
+    status = page.locator("#preview-status")
+    expect(status).to_contain_text("1 face found, 1 changed")
+    # The user turns the swapper, the default chain's one processor, off: the preview has nothing to run.
+    page.locator("#use-face_swapper input[type=checkbox]").uncheck()
+    expect(status).to_contain_text("preview: no processors chosen", timeout=60_000)
+    # Loading the default preset ticks it again: the preview swaps again.
+    page.locator("#preset-load").click()
+    expect(page.locator("#use-face_swapper input[type=checkbox]")).to_be_checked(timeout=30_000)
+    expect(status).to_contain_text("1 face found, 1 changed", timeout=60_000)
+    page.context.close()
+
+
 def test_messages_a_user_can_act_on(app: str, browser: Any, media: dict[str, Path]) -> None:
     from playwright.sync_api import expect
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -128,18 +129,6 @@ class LiveTab:
             concurrency_id="live",
         )  # fmt: skip
 
-    def follow(self, *previews: Any) -> None:
-        """Apply the studio's settings to this session's stream after each of `previews` (the page's preview events,
-        which every settings and source change triggers). Chained after the preview, not beside it: Gradio's client
-        sends the requests of one change one after another, and a listener of its own on every setting delayed
-        each preview's request by 130–150 ms here (benchmarks/ui.py), stream or not."""
-        settings = self.page.settings.components
-        for preview in previews:
-            preview.then(
-                self.on_settings, [self.page.sources, *settings], [self.status], concurrency_id="live-settings",
-                show_progress="hidden", trigger_mode="always_last",
-            )  # fmt: skip
-
     # -- handlers ----------------------------------------------------------------------------------------------------
     def on_start(
         self, agreed: bool, size: str, mic: bool, sources: list[str] | None, request: gr.Request, *values: Any
@@ -197,12 +186,14 @@ class LiveTab:
         files, text = self._saved(session, recording)
         return text, gr.update(value=files, visible=True), "Record", version + 1
 
-    def on_settings(self, sources: list[str] | None, request: gr.Request, *values: Any) -> Any:
-        session = self._session(request)
+    def apply(self, session: Session, raw: dict[str, Any], sources: Sequence[str]) -> Any:
+        """Apply the studio's settings (`raw`, the preset mapping) and `sources` to the session's stream from its
+        next frame; the line for the Live tab's status, or `gr.skip()` when the session has no stream. The page's
+        preview calls this, so every settings and source change reaches the stream with no request of its own."""
         if self.hub.of(session) is None:
             return gr.skip()
         try:
-            self.hub.update(session, self.page.settings.raw_from(values), sources or [])
+            self.hub.update(session, raw, sources)
         except Exception as exc:
             if not isinstance(exc, FacestudioError):
                 log.exception("live settings change failed")

@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -380,7 +380,10 @@ class Page:
                     gr.DownloadButton("Job sidecar", self.studio.share(session, entry.sidecar), size="sm")
                     load = gr.Button("Load these settings", size="sm")
                     delete = gr.Button("Delete", size="sm", variant="stop")
-            load.click(lambda s=entry.settings: self._values_or_keep(s), None, self.settings.components, queue=False)
+            chosen = load.click(
+                lambda s=entry.settings: self._values_or_keep(s), None, self.settings.components, queue=False
+            )
+            self.written(chosen)
             delete.click(self._delete_entry(entry.id), [self.history_version], [self.history_version], queue=False)
 
     def _delete_entry(self, entry_id: str) -> Any:
@@ -438,28 +441,36 @@ class Page:
     # -- events -------------------------------------------------------------------------------------------------
     def _wire(self, app: gr.Blocks, runtime_made: dict[str, gr.Component]) -> None:
         settings = self.settings.components
-        previewing = [self.target, self.sources, self.frame_index, self.face_paths, self.debug_preview, *settings]
-        preview_out = [self.compare, self.frame_faces, self.face_paths, self.preview_status]
+        self.values = self.settings.state()
+        previewing = [self.target, self.sources, self.frame_index, self.face_paths, self.debug_preview, self.values]
+        preview_out = [self.compare, self.frame_faces, self.face_paths, self.preview_status, self.live.status]
         self.previewing, self.preview_out = previewing, preview_out
+        previews = {"concurrency_id": "preview", "concurrency_limit": 4}
         self.people.wire()
 
         self.target.change(
             self.on_target, [self.target], [self.frame_index, self.target_image, self.target_video, self.target_info],
             queue=False,
-        ).then(self.on_preview, previewing, preview_out, concurrency_id="preview", concurrency_limit=4)  # fmt: skip
-        after_sources = self.sources.change(
-            self.on_sources, [self.sources, *settings], [self.source_gallery, self.source_status],
-            concurrency_id="preview", concurrency_limit=4,
-        ).then(self.on_preview, previewing, preview_out, concurrency_id="preview", concurrency_limit=4)  # fmt: skip
-        after_settings = gr.on(
-            [c.change for c in settings]
-            + [self.frame_index.release, self.preview_btn.click, self.debug_preview.change],
-            self.on_preview, previewing, preview_out, trigger_mode="always_last", concurrency_id="preview",
-            concurrency_limit=4, show_progress="minimal",
+        ).then(self.on_preview, previewing, preview_out, **previews)  # fmt: skip
+        self.sources.change(
+            self.on_sources, [self.sources, self.values], [self.source_gallery, self.source_status], **previews
+        ).then(self.on_preview, previewing, preview_out, **previews)  # fmt: skip
+        # A change sends only its cell's widgets (see cells.Values). On `input`, not `change`: the handlers below
+        # that set widgets would otherwise start a preview per widget they set.
+        for positions in self.settings.cells().values():
+            widgets = [settings[p] for p in positions]
+            gr.on(
+                [w.input for w in widgets], self._hearing(positions), [*previewing, *widgets], preview_out,
+                trigger_mode="always_last", show_progress="minimal", **previews,
+            )  # fmt: skip
+        gr.on(
+            [self.frame_index.release, self.preview_btn.click, self.debug_preview.change], self.on_preview, previewing,
+            preview_out, trigger_mode="always_last", show_progress="minimal", **previews,
         )  # fmt: skip
-        self.live.follow(after_sources, after_settings)
-        self.frame_faces.select(
-            self.on_pick, [self.face_paths], [self.reference, self.reference_picture, self.selector], queue=False
+        self.written(
+            self.frame_faces.select(
+                self.on_pick, [self.face_paths], [self.reference, self.reference_picture, self.selector], queue=False
+            )
         )
         self.reference.change(
             lambda path: gr.update(value=path or None, visible=bool(path)), [self.reference], [self.reference_picture],
@@ -481,8 +492,13 @@ class Page:
         )  # fmt: skip
         self.cancel.click(self.on_cancel, None, [self.status], queue=False)
 
-        self.preset_load.click(self.on_load_preset, [self.preset_pick], [*settings, self.preset_status], queue=False)
-        self.preset_upload.upload(self.on_open_preset, [self.preset_upload], [*settings, self.preset_status])
+        for loaded in (
+            self.preset_load.click(
+                self.on_load_preset, [self.preset_pick], [*settings, self.preset_status], queue=False
+            ),
+            self.preset_upload.upload(self.on_open_preset, [self.preset_upload], [*settings, self.preset_status]),
+        ):
+            self.written(loaded)
         self.preset_save.click(
             self.on_save_preset, [self.preset_name, *settings], [self.preset_pick, self.preset_status], queue=False
         )
@@ -526,14 +542,14 @@ class Page:
             text,
         )
 
-    def on_sources(self, paths: list[str] | None, request: gr.Request, *values: Any) -> tuple[Any, str]:
+    def on_sources(self, paths: list[str] | None, values: cells.Values, request: gr.Request) -> tuple[Any, str]:
         session = session_of(self.studio, request)
         self.studio.note_upload(session, "sources", paths or [])
         heading = "**Source faces**"
         if not paths:
             return [], f"{heading} — add one or more photos of the face to put in"
         try:
-            faces = FacesSettings.model_validate(self.settings.raw_from(values).get("faces", {}))
+            faces = FacesSettings.model_validate(self.settings.raw_from(values.items).get("faces", {}))
             pictures, problems = self.studio.source_faces(session, paths, faces)
         except Exception as exc:
             return [], f"{heading} — <span class='fs-warn'>{user_message(exc, session.names)}</span>"
@@ -543,6 +559,33 @@ class Page:
             return pictures, f"{heading} — {len(pictures)} photos: their faces are averaged into one identity"
         return pictures, f"{heading} — the face that will be put in"
 
+    def written(self, dependency: Any) -> Any:
+        """Chain, after an event whose handler sets settings widgets, a preview that first hears every widget again
+        (the session's `Values` do not see what a handler sets). Returns the chained event."""
+        return dependency.then(
+            self._hearing(range(len(self.settings.entries))), [*self.previewing, *self.settings.components],
+            self.preview_out, concurrency_id="preview", concurrency_limit=4,
+        )  # fmt: skip
+
+    def _hearing(self, positions: Sequence[int]) -> Any:
+        """A handler taking the preview's inputs and then the values of the widgets at `positions`: it notes those
+        in the session's `Values`, then previews."""
+
+        def hear(
+            target: str | None,
+            sources: list[str] | None,
+            index: float,
+            shown_faces: list[str],
+            debugging: bool,
+            values: cells.Values,
+            request: gr.Request,
+            *widgets: Any,
+        ) -> tuple[Any, ...]:
+            values.hear(positions, widgets)
+            return self.on_preview(target, sources, index, shown_faces, debugging, values, request)
+
+        return hear
+
     def on_preview(
         self,
         target: str | None,
@@ -550,27 +593,42 @@ class Page:
         index: float,
         shown_faces: list[str],
         debugging: bool,
+        values: cells.Values,
         request: gr.Request,
-        *values: Any,
     ) -> tuple[Any, ...]:
+        """The chosen frame through the chain the settings describe, and those settings applied to the session's
+        live stream: (before/after, faces on the frame, their paths, status line, Live tab status)."""
         session = session_of(self.studio, request)
+        raw = self.settings.raw_from(values.items)
+        shown = self._preview(session, raw, target, sources or [], int(index), shown_faces, debugging)
+        return (*shown, self.live.apply(session, raw, sources or []))
+
+    def _preview(
+        self,
+        session: Session,
+        raw: dict[str, Any],
+        target: str | None,
+        sources: list[str],
+        index: int,
+        shown_faces: list[str],
+        debugging: bool,
+    ) -> tuple[Any, ...]:
         if not target:
             return gr.update(value=None), [], [], "add a target image or video to see a preview"
-        raw = self.settings.raw_from(values)
         if debugging and DEBUGGER in self.studio.registry and DEBUGGER not in raw["processors"]:
             raw = {**raw, "processors": [*raw["processors"], DEBUGGER]}  # the preview's toggle: not the run's chain
         needs_source = [p for p in raw["processors"] if self.studio.registry[p].needs_source]
         try:
-            raw, sources = self.people.apply(session, raw, target, sources or [])
+            raw, sources = self.people.apply(session, raw, target, sources)
             if needs_source and not sources:
                 preset = self.service.preset(raw)
-                preview = self.studio.frame_only(session, target, int(index), preset.faces, preset.runtime.max_pixels)
+                preview = self.studio.frame_only(session, target, index, preset.faces, preset.runtime.max_pixels)
                 gallery = [(path, str(i + 1)) for i, path in enumerate(preview.faces)]
                 found = len(preview.rendered.detected)
                 note = f"{found} face{'s' if found != 1 else ''} found; add a source face photo to see the swap"
                 compare = gr.update(value=(preview.before, preview.after), slider_position=_slider_at(preview.rendered))
-                return compare, gallery, preview.faces, f"frame {int(index)}: {note}"
-            preview = self.studio.preview(session, raw, target, sources or [], int(index))
+                return compare, gallery, preview.faces, f"frame {index}: {note}"
+            preview = self.studio.preview(session, raw, target, sources, index)
         except Exception as exc:
             message = user_message(exc, session.names)
             if not isinstance(exc, FacestudioError):
@@ -583,7 +641,7 @@ class Page:
             if any(self.studio.registry[p].needs_faces for p in raw["processors"])
             else ""
         )
-        text = f"frame {int(index)}: chain {rendered.chain_ms:.0f} ms{faces}"
+        text = f"frame {index}: chain {rendered.chain_ms:.0f} ms{faces}"
         compare = gr.update(value=(preview.before, preview.after), slider_position=_slider_at(rendered))
         if preview.faces == shown_faces:  # the same faces as shown: nothing to send again
             return compare, gr.skip(), gr.skip(), text

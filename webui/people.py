@@ -19,6 +19,7 @@ import gradio as gr
 from engine.errors import FacestudioError, InvalidInput
 from engine.faces.people import Scan
 from engine.job import FacesSettings, RuntimeSettings
+from webui.cells import Values
 from webui.studio import Session, Studio, user_message
 
 HINT = "**People** — find who is in the target, then give each person their own source photos"
@@ -37,17 +38,17 @@ class PeopleState:
 
 class PageParts(Protocol):
     """What the panel uses of the page it is built into (`webui.page.Page`; a protocol: the page imports this
-    module): its studio, the target and selector components, the settings cells, and the preview's handler with
-    its inputs and outputs (`previewing`, in the order `on_preview` takes them)."""
+    module): its studio, the target and selector components, the settings cells and the session's copy of their
+    values (`values`, a `gr.State` of `Values`), and `written`, which chains after an event that sets widgets the
+    preview that hears them again."""
 
     studio: Studio
     target: Any
     selector: Any
     settings: Any
-    previewing: list[Any]
-    preview_out: list[Any]
+    values: Any
 
-    def on_preview(self, *args: Any) -> Any: ...
+    def written(self, dependency: Any) -> Any: ...
 
 
 class PeoplePanel:
@@ -71,10 +72,10 @@ class PeoplePanel:
                 self._rows(request)
 
     def wire(self) -> None:
-        """Events (once the page has its preview wiring: `page.previewing`, `page.preview_out`)."""
+        """Events (once the page has its settings' `values` state)."""
         page = self.page
         self.find.click(
-            self.on_find, [page.target, self.version, *page.settings.components], [self.version, self.status],
+            self.on_find, [page.target, self.version, page.values], [self.version, self.status],
             concurrency_id="preview", concurrency_limit=4,
         )  # fmt: skip
         page.target.change(self.on_target, [self.version], [self.version, self.status], queue=False)
@@ -100,17 +101,14 @@ class PeoplePanel:
                         file_types=["image"], height=70, elem_id=f"person-{number}-sources",
                     )  # fmt: skip
             for event in (files.upload, files.clear, files.delete):
-                event(
-                    self._given(number), [files], [self.page.selector, self.status], queue=False
-                ).then(self.page.on_preview, self.page.previewing, self.page.preview_out,
-                       concurrency_id="preview", concurrency_limit=4)  # fmt: skip
+                self.page.written(event(self._given(number), [files], [self.page.selector, self.status], queue=False))
 
     # -- events -------------------------------------------------------------------------------------------------
-    def on_find(self, target: str | None, version: int, request: gr.Request, *values: Any) -> tuple[int, str]:
+    def on_find(self, target: str | None, version: int, values: Values, request: gr.Request) -> tuple[int, str]:
         session = self._session_of(self.studio, request)
         if not target:
             return version, f"{HINT}: add a target image or video first"
-        raw = self.page.settings.raw_from(values)
+        raw = self.page.settings.raw_from(values.items)
         try:
             faces = FacesSettings.model_validate(raw.get("faces", {}))
             runtime = RuntimeSettings.model_validate(raw.get("runtime", {}))
