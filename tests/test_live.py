@@ -537,7 +537,9 @@ def test_run_camera_streams_a_file_into_the_test_sink_and_a_recording(clip: Path
     summary = run_camera(FileCamera(clip), renderer, service.model_lock, [FolderSink(tmp_path / "frames")],
                          recorder=recorder)  # fmt: skip
     lines = [json.loads(line) for line in (tmp_path / "frames" / "frames.jsonl").read_text().splitlines()]
-    assert summary.captured == 36 and summary.processed == len(lines) >= 3
+    # A sink behind the loop skips frames rather than queue them (newest wins), as a loaded machine's disk makes
+    # this one do now and then: it writes at most what was processed, and the last of it.
+    assert summary.captured == 36 and 3 <= len(lines) <= summary.processed
     assert [line["index"] for line in lines] == list(range(len(lines)))
     assert all(line["faces"] == 1 for line in lines)
     # The frames written are the camera's own, in order (counters increasing), each one swapped.
