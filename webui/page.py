@@ -613,6 +613,8 @@ class Page:
         shown_faces: list[str],
         debugging: bool,
     ) -> tuple[Any, ...]:
+        """(before/after, faces on the frame, their paths, status line) for frame `index` of `target` through the
+        chain `raw` describes, with the people's mapping and the debugger toggle applied; problems in the status."""
         if not target:
             return gr.update(value=None), [], [], "add a target image or video to see a preview"
         if debugging and DEBUGGER in self.studio.registry and DEBUGGER not in raw["processors"]:
