@@ -11,6 +11,8 @@ playwright) at 1440×900, and measures:
   the default chain, then the face swapper's blend is changed `--repeats` times; each time, from the change in the
   page until the new result is shown (a new result image, fully decoded), against the chain's own time the
   engine measured for that very render (`Rendered.chain_ms`, shown in the same status). Ratio = browser ÷ chain.
+- Gradio's floor: the same measurement on a page with one field whose handler only writes the frame as a JPEG
+  (`gradio_floor`): what any Gradio event with a new image costs on this machine, whatever the chain.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import socket
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import cv2
 
@@ -33,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from engine import demo  # noqa: E402
 from engine import media as video  # noqa: E402
 from webui.app import Studio, UISettings, launch  # noqa: E402
+from webui.studio import _write_jpeg as write_jpeg  # noqa: E402  (the encoder of the studio's previews)
 
 WATCH = """() => {
   const input = [...document.querySelectorAll('input')]
@@ -79,6 +84,82 @@ def target_image(folder: Path, resolution: str) -> Path:
     return path
 
 
+def previews(page: Any, repeats: int) -> list[tuple[float, float]]:
+    """(ms in the browser, the handler's chain ms) of `repeats` previews, each after a change of the first field
+    labelled "blend (%)" on `page`, whose `#preview-status` says "chain N ms" and `#compare` shows the result.
+
+    Timed in the page: from the input's `input` event (the value changed: Gradio's number field sends its change
+    from it, not from the later DOM `change` on Enter or blur) to the frame on which the new result is shown (a new
+    file in the before/after, every image fully decoded, and the status naming a render: its text may repeat, when
+    two renders take the same whole milliseconds), so the driver's own keystrokes do not count."""
+    status = page.locator("#preview-status")
+    blend = page.get_by_label("blend (%)").first
+    page.evaluate(WATCH)
+    samples = []
+    for i in range(repeats):
+        blend.fill(str(99 - i))
+        # A preview that never shows (an error in the page) ends the benchmark instead of waiting forever.
+        seconds = (
+            page.evaluate(
+                "() => Promise.race([window.__previewShown, new Promise((_, no) => setTimeout("
+                "() => no(new Error('no new preview within 60 s')), 60000))])"
+            )
+            / 1000
+        )
+        chain_ms = float(re.search(r"chain (\d+) ms", status.inner_text()).group(1))  # type: ignore[union-attr]
+        samples.append((seconds * 1000, chain_ms))
+    return samples
+
+
+def summarised(samples: list[tuple[float, float]]) -> dict[str, Any]:
+    browser_ms = statistics.median(s[0] for s in samples)
+    chain_ms = statistics.median(s[1] for s in samples)
+    return {
+        "browser_ms_median": round(browser_ms, 1),
+        "chain_ms_median": round(chain_ms, 1),
+        "ratio": round(browser_ms / chain_ms, 3),
+        "samples_ms": [[round(a, 1), b] for a, b in samples],
+    }
+
+
+def floor(browser: Any, work: Path, target: Path, repeats: int) -> dict[str, Any]:
+    """Gradio's own round trip, for comparison: a page with one number field and a before/after, whose handler only
+    writes `target` as a new JPEG (as the studio's preview writes its result), measured as the studio's preview is.
+    Its "chain" is the handler's own time; the browser's time minus it is what any Gradio event costs here."""
+    import gradio as gr
+
+    frame = video.read_image(target)[0]
+    folder = work / "floor"
+    folder.mkdir()
+    before = folder / "before.jpg"
+    write_jpeg(before, frame)
+    count = iter(range(1_000_000))
+
+    def render(_: float) -> tuple[tuple[str, str], str]:
+        started = time.perf_counter()
+        after = folder / f"after-{next(count)}.jpg"
+        write_jpeg(after, frame)
+        return (str(before), str(after)), f"chain {(time.perf_counter() - started) * 1000:.0f} ms"
+
+    with gr.Blocks() as blocks:
+        field = gr.Number(value=100, label="blend (%)")
+        status = gr.Markdown(elem_id="preview-status")
+        compare = gr.ImageSlider(type="filepath", elem_id="compare")
+        field.input(render, [field], [compare, status], trigger_mode="always_last")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    blocks.launch(server_port=port, prevent_thread_lock=True, quiet=True, allowed_paths=[str(folder)])
+    try:
+        page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.get_by_label("blend (%)").first.wait_for()
+        render(0)  # the encoder warm
+        return summarised(previews(page, repeats))
+    finally:
+        blocks.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resolution", default="720p", choices=sorted(SIZES))
@@ -121,38 +202,13 @@ def main() -> int:
             page.locator("#target input[type=file]").set_input_files(str(target))
             status = page.locator("#preview-status")
             expect(status).to_contain_text("frame 0: chain", timeout=180_000)
-            blend = page.get_by_label("blend (%)").first
-            samples = []
-            # Timed in the page: from the input's `input` event (the value changed: Gradio's number field sends its
-            # change from it, not from the later DOM `change` on Enter or blur) to the frame on which the new result
-            # is shown (a new file in the before/after, every image fully decoded, and the status naming a render:
-            # its text may repeat, when two renders take the same whole milliseconds), so the driver's own
-            # keystrokes do not count.
-            page.evaluate(WATCH)
-            for i in range(args.repeats):
-                blend.fill(str(99 - i))
-                # A preview that never shows (an error in the page) ends the benchmark instead of waiting forever.
-                seconds = (
-                    page.evaluate(
-                        "() => Promise.race([window.__previewShown, new Promise((_, no) => setTimeout("
-                        "() => no(new Error('no new preview within 60 s')), 60000))])"
-                    )
-                    / 1000
-                )
-                chain_ms = float(re.search(r"chain (\d+) ms", status.inner_text()).group(1))  # type: ignore[union-attr]
-                samples.append((seconds * 1000, chain_ms))
+            samples = previews(page, args.repeats)
+            result["gradio_floor"] = floor(browser, work, target, args.repeats)
             browser.close()
     finally:
         app.close()
         shutil.rmtree(work, ignore_errors=True)
-    browser_ms = statistics.median(s[0] for s in samples)
-    chain_ms = statistics.median(s[1] for s in samples)
-    result["preview"] = {
-        "browser_ms_median": round(browser_ms, 1),
-        "chain_ms_median": round(chain_ms, 1),
-        "ratio": round(browser_ms / chain_ms, 3),
-        "samples_ms": [[round(a, 1), b] for a, b in samples],
-    }
+    result["preview"] = summarised(samples)
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
