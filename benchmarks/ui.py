@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from engine import demo  # noqa: E402
 from engine import media as video  # noqa: E402
 from webui.app import Studio, UISettings, launch  # noqa: E402
-from webui.studio import _write_jpeg as write_jpeg  # noqa: E402  (the encoder of the studio's previews)
+from webui.studio import write_jpeg  # noqa: E402  (the encoder of the studio's previews)
 
 WATCH = """() => {
   const input = [...document.querySelectorAll('input')]

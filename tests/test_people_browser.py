@@ -18,7 +18,7 @@ from test_webui_browser import ARTIFACTS, CHROMIUM, FLAGS, open_page
 from engine import demo
 from engine import media as video
 from webui.app import Studio, UISettings, launch
-from webui.studio import _write_jpeg
+from webui.studio import write_jpeg
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a chromium binary (apt-get install chromium)")
 
@@ -87,7 +87,7 @@ def test_two_people_shown_a_source_for_one_and_the_preview_changes_that_face_alo
     # The astronaut (left half, person 0, not mapped) is exactly the target through the preview's JPEG encoder
     # (its 16 px blocks depend on their own pixels; the halves meet on a block edge); Hopper's face is swapped.
     target = video.read_image(pair["target"])[0]
-    untouched = video.read_image(_write_jpeg(pair["target"].with_name("target.jpg"), target))[0]
+    untouched = video.read_image(write_jpeg(pair["target"].with_name("target.jpg"), target))[0]
     assert np.array_equal(after[:, :512], untouched[:, :512])
     assert np.abs(after[130:260, 680:810] - target[130:260, 680:810]).mean() > 5
     ARTIFACTS.mkdir(exist_ok=True)

@@ -20,7 +20,7 @@ from webui.app import Studio
 from webui.cells import Values
 from webui.page import Page
 from webui.privacy import COOKIE
-from webui.studio import _write_jpeg
+from webui.studio import write_jpeg
 
 
 class _Request:
@@ -81,7 +81,7 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     image = pair["image"]
     # The preview is a JPEG: the target through the same encoder is what an untouched half looks like (its
     # 16 px blocks depend on their own pixels alone, and the halves meet on a block edge).
-    unchanged = video.read_image(_write_jpeg(tmp_path / "target.jpg", image))[0]
+    unchanged = video.read_image(write_jpeg(tmp_path / "target.jpg", image))[0]
     assert np.array_equal(after[:, :512], unchanged[:, :512])  # the astronaut: untouched
     x1, y1, x2, y2 = (round(v) for v in right.box)
     assert np.abs(after[y1:y2, x1:x2].astype(int) - image[y1:y2, x1:x2]).mean() > 5  # Hopper: swapped

@@ -264,7 +264,7 @@ class Studio:
             with self._lock:
                 session.running -= 1
         thumb = folder / "thumbnail.jpg"
-        _write_jpeg(thumb, _thumbnail_of(report))
+        write_jpeg(thumb, _thumbnail_of(report))
         entry = Entry(
             id=folder.name,
             created=time.time(),
@@ -295,7 +295,7 @@ class Studio:
 
     def _picture(self, session: Session, frame: Frame) -> str:
         """A frame as a new JPEG the session may fetch; only the newest few are kept."""
-        path = _write_jpeg(session.folder / "previews" / f"{time.monotonic_ns():x}.jpg", frame)
+        path = write_jpeg(session.folder / "previews" / f"{time.monotonic_ns():x}.jpg", frame)
         shared = self.share(session, path)
         session.afters.append((path, shared))
         dropped, session.afters = session.afters[:-_PREVIEWS_KEPT], session.afters[-_PREVIEWS_KEPT:]
@@ -329,8 +329,8 @@ class Studio:
             stamp = f"{time.monotonic_ns():x}"
             folder = session.folder / "previews"
             numbered = draw_numbers(rendered.before, rendered.detected, rendered.chosen)
-            files = [_write_jpeg(folder / f"{stamp}-before.jpg", numbered)] + [
-                _write_jpeg(folder / f"{stamp}-face-{i + 1}.jpg", thumbnail(rendered.before, f.box, THUMBNAIL))
+            files = [write_jpeg(folder / f"{stamp}-before.jpg", numbered)] + [
+                write_jpeg(folder / f"{stamp}-face-{i + 1}.jpg", thumbnail(rendered.before, f.box, THUMBNAIL))
                 for i, f in enumerate(rendered.detected)
             ]
             kept = (files, [self.share(session, f) for f in files])
@@ -362,7 +362,7 @@ class Studio:
                 problems.append(f"{name}: no face found — use a photo where one face is clearly visible")
                 continue
             face = _largest(faces)
-            picture = _write_jpeg(session.folder / "faces" / f"source-{len(pictures)}-{time.monotonic_ns():x}.jpg",
+            picture = write_jpeg(session.folder / "faces" / f"source-{len(pictures)}-{time.monotonic_ns():x}.jpg",
                                   thumbnail(image, face.box, THUMBNAIL))  # fmt: skip
             pictures.append(
                 (self.share(session, picture), name + (f" (largest of {len(faces)})" if len(faces) > 1 else ""))
@@ -377,7 +377,7 @@ class Studio:
             found = self.service.people(Path(target), faces, runtime)
         folder = session.folder / "people"
         pictures = [
-            self.share(session, _write_jpeg(folder / f"person-{p.number}-{p.thumbnail_hash}.jpg", p.thumbnail))
+            self.share(session, write_jpeg(folder / f"person-{p.number}-{p.thumbnail_hash}.jpg", p.thumbnail))
             for p in found.people
         ]
         return found, pictures
@@ -443,8 +443,9 @@ def _largest(faces: Sequence[Face]) -> Face:
     return max(faces, key=lambda f: (f.box[2] - f.box[0]) * (f.box[3] - f.box[1]))
 
 
-def _write_jpeg(path: Path, frame: Frame, quality: int = 93) -> Path:
-    """Write an H×W×3 uint8 RGB frame as a JPEG (4:4:4, fast to encode: previews are re-made on every change)."""
+def write_jpeg(path: Path, frame: Frame, quality: int = 93) -> Path:
+    """Write an H×W×3 uint8 RGB frame as a JPEG (4:4:4, fast to encode: previews are re-made on every change): the
+    encoder of every picture the studio shows (previews, face pictures, thumbnails)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     params = [cv2.IMWRITE_JPEG_QUALITY, quality, cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444]
     if not cv2.imwrite(str(path), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR), params):
