@@ -11,7 +11,9 @@
   the folders the claim made, so nothing a failed run created outlives it.
 
 The lock is `.facestudio-<hash>.lock` in the output's folder, holding its owner (`jobdir.Owner`); a lock whose
-owner is no longer running (a killed run) is taken over, with that run's staged files removed.
+owner is no longer running (a killed run) is taken over, with that run's staged files removed. The lock appears
+with its owner already written (a hard link to a written temp file), so a run starting at the same moment never
+reads it empty and takes it for a dead run's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +33,9 @@ from engine.errors import InvalidInput
 from engine.media.children import write_error
 from engine.sidecar import SUFFIX, sidecar_path
 
+# A lock that cannot be read is taken for a dead run's only when older than this: on a file system without hard
+# links a lock exists, empty, for the moment between its creation and its record's write.
+_LOCK_WRITE_GRACE_S = 10.0
 # The file system's limits when it does not say (POSIX's usual NAME_MAX and PATH_MAX).
 _NAME_MAX = 255
 _PATH_MAX = 4096
@@ -183,13 +189,17 @@ class OutputClaim:
         staged.unlink()
 
     def _take_lock(self) -> None:
-        owner = jobdir.Owner.current()
-        record = json.dumps(asdict(owner))
+        record = json.dumps(asdict(jobdir.Owner.current()))
         for _ in range(2):
             try:
-                fd = os.open(self._lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                self._create_lock(record)
             except FileExistsError:
                 holder = _read_owner(self._lock)
+                if holder is None and _age_s(self._lock) < _LOCK_WRITE_GRACE_S:
+                    raise InvalidInput(
+                        f"another facestudio job is starting to write {self.output}: wait for it to finish, or "
+                        "choose another output path"
+                    ) from None
                 if holder is not None and holder.alive():
                     raise InvalidInput(
                         f"another facestudio job (pid {holder.pid}) is writing {self.output}: wait for it to "
@@ -202,11 +212,28 @@ class OutputClaim:
                 continue
             except OSError as exc:
                 raise write_error(exc.errno or 0, self._lock, "the output's lock") from None
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(record)
             self._locked = True
             return
         raise InvalidInput(f"another facestudio job is starting to write {self.output}: try again")
+
+    def _create_lock(self, record: str) -> None:
+        """Create the lock with `record` inside, or FileExistsError. The lock appears already written (a hard link
+        to a written temp file), so another run never reads it empty and takes it for a dead run's."""
+        written = self._lock.with_name(f".facestudio-{self._key}-{os.getpid()}.owner")
+        try:
+            written.write_text(record, encoding="utf-8")
+            try:
+                os.link(written, self._lock)
+                return
+            except FileExistsError:
+                raise
+            except OSError:  # no hard links here (FAT, some network shares): an exclusive create, then the record
+                pass
+            fd = os.open(self._lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(record)
+        finally:
+            written.unlink(missing_ok=True)
 
 
 def _remove_temp_files(folder: Path, key: str, pid: int) -> None:
@@ -221,6 +248,14 @@ def _read_owner(lock: Path) -> jobdir.Owner | None:
         return jobdir.Owner(int(data["pid"]), float(data["started"]), str(data["host"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _age_s(path: Path) -> float:
+    """Seconds since `path` was last written; infinite when it is gone (nothing to wait for)."""
+    try:
+        return max(0.0, time.time() - path.stat().st_mtime)
+    except OSError:
+        return float("inf")
 
 
 def _make_folders(folder: Path) -> list[Path]:

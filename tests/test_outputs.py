@@ -3,9 +3,13 @@ and nothing left behind; and a job that stopped on a full disk finishing with --
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -90,6 +94,47 @@ def test_a_claim_is_exclusive_and_a_dead_runs_claim_is_taken_over(tmp_path: Path
     with OutputClaim.claim(output, overwrite=False) as claim:
         assert not staged.exists()
         assert claim.staging().parent == tmp_path
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_that_cannot_be_read_is_a_starting_run_until_it_is_old(tmp_path: Path) -> None:
+    """A lock without its owner's record (a file system without hard links, between creation and write) is
+    another run starting: refused. The same lock ten seconds old is a dead run's: taken over."""
+    output = tmp_path / "o.mp4"
+    with OutputClaim.claim(output, overwrite=False):
+        (lock,) = tmp_path.glob(".facestudio-*.lock")
+    lock.write_text("")
+    with pytest.raises(InvalidInput, match="another facestudio job is starting to write"):
+        OutputClaim.claim(output, overwrite=False)
+    assert lock.exists()
+    os.utime(lock, (time.time() - 11, time.time() - 11))
+    with OutputClaim.claim(output, overwrite=False):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lock_is_never_seen_empty(tmp_path: Path) -> None:
+    """The lock appears with its owner inside: a reader racing a claim sees no file or a whole record."""
+    output = tmp_path / "o.mp4"
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for lock in tmp_path.glob(".facestudio-*.lock"):
+                with contextlib.suppress(FileNotFoundError):
+                    seen.append(lock.read_text())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for _ in range(200):
+            with OutputClaim.claim(output, overwrite=False):
+                pass
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen and all(json.loads(text)["pid"] == os.getpid() for text in seen)
     assert list(tmp_path.iterdir()) == []
 
 
