@@ -11,6 +11,9 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from typing import Any
 import c2pa
 import numpy as np
 import pytest
+from conftest import ROOT
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -371,6 +375,25 @@ def test_a_format_without_c2pa_is_written_and_says_so(tmp_path: Path, clip: Path
             "(use .png/.jpg/.webp/.tif or .mp4/.mov)"
         ]
         assert verify.inspect(output).credentials == "none"
+
+
+def test_processes_that_start_together_sign_with_one_installation_key() -> None:
+    """Six runs started at the same moment on a fresh installation: each gets a key, all the same one."""
+    start = time.time() + 2.0
+    code = (
+        "import sys, time; from engine.provenance import keys; time.sleep(max(0.0, float(sys.argv[1]) - time.time()));"
+        " print(keys.installation_key().subject)"
+    )
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code, str(start)], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]  # fmt: skip
+    results = [(run.wait(timeout=60), *run.communicate()) for run in runs]
+    assert all(code == 0 for code, _, _ in results), results
+    assert len({out for _, out, _ in results}) == 1
+    assert sorted(p.name for p in keys.home().iterdir()) == ["ca.pem", "signer.key", "signer.pem"]
+    assert sorted(p.name for p in keys.home().parent.iterdir()) == ["provenance"]
 
 
 def test_the_installation_key_is_made_once_and_private() -> None:

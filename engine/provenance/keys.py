@@ -115,6 +115,9 @@ def installation_key() -> SigningKey:
     fresh = Path(tempfile.mkdtemp(prefix=".provenance-", dir=folder.parent))
     try:
         _make_installation_key(fresh)
+        found = _read_installation_key(folder)
+        if found is not None:  # another process put its key in place while this one made its own
+            return found
         if folder.exists():  # incomplete or expired
             stale = folder.with_name(f".{folder.name}-stale-{os.getpid()}")
             os.replace(folder, stale)
@@ -134,7 +137,10 @@ def _read_installation_key(folder: Path) -> SigningKey | None:
     paths = [folder / name for name in ("ca.pem", "signer.pem", "signer.key")]
     if not all(p.is_file() for p in paths):
         return None
-    anchor, chain, key_pem = (p.read_bytes() for p in paths)
+    try:
+        anchor, chain, key_pem = (p.read_bytes() for p in paths)
+    except OSError:  # replaced by another process meanwhile
+        return None
     try:
         leaf = x509.load_pem_x509_certificate(chain)
         private = serialization.load_pem_private_key(key_pem, password=None)
