@@ -250,6 +250,9 @@ def test_ctrl_c_cancels_cleanly(tmp_path: Path) -> None:
         [sys.executable, str(ROOT / "launch.py"), "run", "--target", str(target), "--output", str(out), "--yes",
          "--set", "runtime.batch=1", "--preset", "upscale"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        # Ctrl-C reaches a terminal's foreground job; a suite started in the background (`cmd &` in a script, as CI
+        # may) has SIGINT ignored, inherited by its children, and Python then never raises KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     jobs = Path(os.environ["FACESTUDIO_JOBS"])  # segments are encoded in the job folder
     deadline = time.monotonic() + 120
