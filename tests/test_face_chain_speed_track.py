@@ -164,7 +164,8 @@ def test_small_faces_are_detected_on_the_full_frame(analyser: EmbeddedAnalyser) 
 
 
 def _warp_as_before(src: Frame, src_pts: np.ndarray, shape: tuple[int, int], dst_pts: np.ndarray, tris: np.ndarray):  # noqa: ANN202
-    """warp_triangles as it was before it accumulated in place (each step's temporaries, then np.where)."""
+    """warp_triangles as it was before one remap (each triangle warped over its bounding rectangle, overlaps
+    averaged by their coverage) and before it accumulated in place."""
     h, w = shape
     out, cover, src_f = np.zeros((h, w, 3), np.float32), np.zeros((h, w), np.float32), src.astype(np.float32)
     for tri in tris:
@@ -186,7 +187,9 @@ def _warp_as_before(src: Frame, src_pts: np.ndarray, shape: tuple[int, int], dst
     return np.clip(np.rint(out), 0, 255).astype(np.uint8), np.clip(cover, 0.0, 1.0)
 
 
-def test_triangle_warps_are_bit_identical_to_before(analyser: EmbeddedAnalyser, source: tuple[Frame, Face]) -> None:
+def test_triangle_warps_match_warping_each_triangle(analyser: EmbeddedAnalyser, source: tuple[Frame, Face]) -> None:
+    """The one-remap warp against each triangle warped on its own, on the swaps of 640×360 demo frames (whole and
+    half out of the frame): the same coverage bit for bit; pixels at most one level apart, and few of them."""
     photo, face = source
     calls = []
 
@@ -207,4 +210,7 @@ def test_triangle_warps_are_bit_identical_to_before(analyser: EmbeddedAnalyser, 
     assert len(calls) == 12
     for args in calls:
         new, old = warp.warp_triangles(*args), _warp_as_before(*args)  # type: ignore[arg-type]
-        assert np.array_equal(new[0], old[0]) and np.array_equal(new[1], old[1])
+        assert np.array_equal(new[1], old[1])
+        differ = np.abs(new[0].astype(int) - old[0].astype(int))
+        assert differ.max() <= 1 and np.count_nonzero(differ) <= 1e-3 * differ.size
+        assert not new[0][old[1] == 0].any()  # nothing drawn where no triangle is
