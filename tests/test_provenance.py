@@ -389,9 +389,9 @@ def test_processes_that_start_together_sign_with_one_installation_key() -> None:
                          stderr=subprocess.PIPE, text=True)
         for _ in range(6)
     ]  # fmt: skip
-    results = [(run.wait(timeout=60), *run.communicate()) for run in runs]
-    assert all(code == 0 for code, _, _ in results), results
-    assert len({out for _, out, _ in results}) == 1
+    results = [(*run.communicate(timeout=60), run.returncode) for run in runs]
+    assert all(code == 0 for _, _, code in results), results
+    assert len({out for out, _, _ in results}) == 1
     assert sorted(p.name for p in keys.home().iterdir()) == ["ca.pem", "signer.key", "signer.pem"]
     assert sorted(p.name for p in keys.home().parent.iterdir()) == ["provenance"]
 
