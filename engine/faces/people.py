@@ -33,6 +33,7 @@ import numpy.typing as npt
 from engine import media
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
+from engine.faces.assignment import assign
 from engine.faces.boxes import area
 from engine.faces.crops import thumbnail
 from engine.faces.select import mean_embedding
@@ -278,8 +279,6 @@ def match(analyser: FaceAnalyser, embeddings: Sequence[Any], known: Sequence[npt
     """One optimal assignment (Hungarian) of `embeddings` (faces seen together) to `known` identities, each at most
     once, by the analyser's distance; a pair at or beyond its same-person threshold is never matched (None in
     `known`: not available). Returns face index → known index for the faces matched."""
-    from scipy.optimize import linear_sum_assignment
-
     if not len(embeddings) or not len(known):
         return {}
     cost = np.full((len(embeddings), len(known)), np.inf)
@@ -289,8 +288,7 @@ def match(analyser: FaceAnalyser, embeddings: Sequence[Any], known: Sequence[npt
                 distance = analyser.distance(np.asarray(e), np.asarray(k))
                 if distance < analyser.threshold:
                     cost[i, j] = distance
-    rows, cols = linear_sum_assignment(np.where(np.isfinite(cost), cost, 1e6))
-    return {int(r): int(c) for r, c in zip(rows, cols, strict=True) if np.isfinite(cost[r, c])}
+    return dict(assign(cost))
 
 
 def _merged(analyser: FaceAnalyser, groups: list[_Group]) -> list[_Group]:

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.faces import FaceAnalyser
+from engine.faces.assignment import assign
 from engine.faces.boxes import iou
 from engine.types import Face, Frame, check_frame
 
@@ -352,7 +353,7 @@ class FaceTracker:
     (`Motion`: a Kalman filter of centre and size with their velocities).
 
     Detections are linked to tracks in the manner of DeepSORT/ByteTrack: one optimal assignment (Hungarian,
-    `scipy.optimize.linear_sum_assignment`) over a cost of motion — 1 − IoU of the detection with the track's
+    `assignment.assign`) over a cost of motion — 1 − IoU of the detection with the track's
     prediction (a pair needs IoU ≥ `iou_threshold`) — plus, with `appearance`, the distance of their embeddings
     over the analyser's same-person threshold; a pair whose embeddings are farther apart than that threshold
     never links, and a lost track is found again by appearance near where its motion puts it. Embeddings are
@@ -507,8 +508,6 @@ class FaceTracker:
         linked to none. Detections that need an embedding to decide get one: `detections` is updated in place, so
         a second call on the same frame does not embed them again.
         """
-        from scipy.optimize import linear_sum_assignment
-
         taken = taken or {}
         ids = list(anchors)
         if not ids or not detections:
@@ -542,15 +541,12 @@ class FaceTracker:
                     continue
                 looks = 0.5 if distance is None else distance / self.analyser.threshold
                 cost[r, j] = (1.0 - overlap[r, j]) + APPEARANCE_WEIGHT * looks
-        finite = np.where(np.isfinite(cost), cost, 1e6)
-        rows, cols = linear_sum_assignment(finite)
         linked: dict[int, Face] = {}
         used: set[int] = set()
-        for r, j in zip(rows, cols, strict=True):
-            if np.isfinite(cost[r, j]):
-                used.add(int(j))
-                if ids[r] not in taken:
-                    linked[ids[r]] = detections[j]
+        for r, j in assign(cost):
+            used.add(j)
+            if ids[r] not in taken:
+                linked[ids[r]] = detections[j]
         return linked, [d for j, d in enumerate(detections) if j not in used]
 
     def _one_track_per_face(
