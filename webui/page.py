@@ -445,7 +445,9 @@ class Page:
         previewing = [self.target, self.sources, self.frame_index, self.face_paths, self.debug_preview, self.values]
         preview_out = [self.compare, self.frame_faces, self.face_paths, self.preview_status, self.live.status]
         self.previewing, self.preview_out = previewing, preview_out
-        previews = {"concurrency_id": "preview", "concurrency_limit": 4}
+        # Previews skip Gradio's queue: its join-and-stream round trip cost 25–30 ms of every preview (benchmarks/ui.py),
+        # and the service's model lock already lets one render at a time through.
+        previews: dict[str, Any] = {"queue": False}
         self.people.wire()
 
         self.target.change(
@@ -564,7 +566,7 @@ class Page:
         (the session's `Values` do not see what a handler sets). Returns the chained event."""
         return dependency.then(
             self._hearing(range(len(self.settings.entries))), [*self.previewing, *self.settings.components],
-            self.preview_out, concurrency_id="preview", concurrency_limit=4,
+            self.preview_out, queue=False,
         )  # fmt: skip
 
     def _hearing(self, positions: Sequence[int]) -> Any:
