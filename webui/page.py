@@ -445,8 +445,8 @@ class Page:
         previewing = [self.target, self.sources, self.frame_index, self.face_paths, self.debug_preview, self.values]
         preview_out = [self.compare, self.frame_faces, self.face_paths, self.preview_status, self.live.status]
         self.previewing, self.preview_out = previewing, preview_out
-        # Previews skip Gradio's queue: its join-and-stream round trip cost 25–30 ms of every preview (benchmarks/ui.py),
-        # and the service's model lock already lets one render at a time through.
+        # Previews skip Gradio's queue: its join-and-stream round trip cost 25–30 ms of every preview
+        # (benchmarks/ui.py), and the service's model lock already lets one render at a time through.
         previews: dict[str, Any] = {"queue": False}
         self.people.wire()
 
