@@ -6,8 +6,9 @@ runs jobs, renders single frames through the chain (previews; live streams keep 
 `FrameRenderer` of their own, `live_renderer`), finds faces; its `catalogue` (engine/catalogue.py) lists, fetches,
 verifies and exports models.
 
-Not thread-safe for model work by itself: callers serialise model work (runs, previews, face finding) with
-`model_lock`, as the UI and the jobs API do, so one job at a time uses the GPU.
+Not thread-safe for model work by itself: callers serialise model work with `model_lock`
+(engine/model_lock.py), as the UI and the jobs API do, so one job at a time uses the GPU: a run holds it, single
+frames and face searches take it `brief()`ly, and `run` lets those in between its batches.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from engine.faces import FaceAnalyser
 from engine.faces.people import Scan
 from engine.faces.stage import build_analyser, scan_target
 from engine.job import FacesSettings, Job, Preset, RuntimeSettings
+from engine.model_lock import ModelLock
 from engine.models.manifest import Manifest
 from engine.models.runtime import ProgressFactory, Runtime
 from engine.processor import FrameContext, FrameProcessor
-from engine.progress import Progress
+from engine.progress import NullProgress, Progress
 from engine.render import face_stage
 from engine.types import Face, Frame
 
@@ -127,6 +129,24 @@ def _camera_info(fps: float) -> tuple[video.MediaInfo, video.Span]:
     return info, span
 
 
+class _BriefBetweenBatches:
+    """A run's Progress that, after each batch it reports, lets the brief model work waiting (a preview, a face
+    search) go first (`ModelLock.let_brief`; nothing when the run's thread does not hold the lock)."""
+
+    def __init__(self, inner: Progress, lock: ModelLock) -> None:
+        self.inner, self.lock = inner, lock
+
+    def stage(self, name: str, total: int | None = None, unit: str = "frame") -> None:
+        self.inner.stage(name, total, unit)
+
+    def advance(self, n: int = 1) -> None:
+        self.inner.advance(n)
+        self.lock.let_brief()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def _check_pixels(target: Path, width: int, height: int, max_pixels: int) -> None:
     if width * height > max_pixels:
         raise InvalidInput(
@@ -142,7 +162,7 @@ class Service:
         self.registry = registry
         # Held by every piece of model work from any front end: one job at a time on the GPU, and the shared
         # runtimes are used from one thread at a time.
-        self.model_lock = threading.Lock()
+        self.model_lock = ModelLock()
         self._lock = threading.Lock()
         self._runtimes: dict[RuntimeSettings, Runtime] = {}
         self._frames: OrderedDict[tuple[Any, ...], Frame] = OrderedDict()
@@ -188,11 +208,13 @@ class Service:
         downloads: ProgressFactory | None = None,
         **kwargs: Any,
     ) -> pipeline.RunReport:
-        """Run `job` on its warm runtime (the caller holds `model_lock` when it shares the process); `kwargs` as
-        `pipeline.run` takes them (resume, renderer, signing). `downloads`: progress of model downloads (a
-        one-shot front end's runtime; a warm one keeps what it was made with)."""
+        """Run `job` on its warm runtime (the caller holds `model_lock` when it shares the process: after each
+        batch, brief work waiting for it goes first); `kwargs` as `pipeline.run` takes them (resume, renderer,
+        signing). `downloads`: progress of model downloads (a one-shot front end's runtime; a warm one keeps what
+        it was made with)."""
         runtime = self.runtime(job.runtime, downloads)
-        return pipeline.run(job, self.chain(job, runtime), runtime, progress, overwrite=overwrite, **kwargs)
+        between = _BriefBetweenBatches(progress or NullProgress(), self.model_lock)
+        return pipeline.run(job, self.chain(job, runtime), runtime, between, overwrite=overwrite, **kwargs)
 
     # -- single frames ------------------------------------------------------------------------------------------
     def frame(self, target: Path, index: int, max_pixels: int) -> Frame:

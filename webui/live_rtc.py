@@ -410,7 +410,7 @@ class LiveHub:
                     f"the server is already streaming for {len(self._streams)} sessions (at most "
                     f"{self.max_streams} at once); try again when one has stopped"
                 )
-        with self.service.model_lock:
+        with self.service.model_lock.brief():
             renderer = self.service.live_renderer(raw, [Path(s) for s in sources], fps=fps)
             track_live(renderer, fps)  # loads the live detections' analyser now, not on the first frame
         loop = LiveLoop(renderer, self.service.model_lock, lambda out: None, fps=fps,
@@ -431,7 +431,7 @@ class LiveHub:
         stream = self.of(session)
         if stream is None:
             return False
-        with self.service.model_lock:
+        with self.service.model_lock.brief():
             current = stream.loop.renderer
             renderer = self.service.live_update(current, raw, [Path(s) for s in sources], fps=stream.loop.fps)
         if renderer is not current:

@@ -288,7 +288,7 @@ class Studio:
     ) -> Preview:
         """Frame `index` of the target through the chain (the path every batch of a run takes), as files the
         session may fetch: the frame with its faces numbered, the result, and a picture of each face."""
-        with self.service.model_lock:
+        with self.service.model_lock.brief():
             rendered = self.service.preview(raw, Path(target), [Path(s) for s in sources], index)
         before, faces = self._frame_pictures(session, target, index, rendered)
         return Preview(before, self._picture(session, rendered.after), faces, rendered)
@@ -313,7 +313,7 @@ class Studio:
         self, session: Session, target: str, index: int, settings: FacesSettings, max_pixels: int
     ) -> Preview:
         """Frame `index` of the target with its faces numbered, unprocessed (before a source is given)."""
-        with self.service.model_lock:
+        with self.service.model_lock.brief():
             frame = self.service.frame(Path(target), index, max_pixels)
             faces = tuple(self.service.find_faces(frame, settings))
         rendered = Rendered(frame, frame, faces, ())
@@ -356,7 +356,7 @@ class Studio:
             except FacestudioError as exc:
                 problems.append(user_message(exc, session.names))
                 continue
-            with self.service.model_lock:
+            with self.service.model_lock.brief():
                 faces = self.service.find_faces(image, settings)
             if not faces:
                 problems.append(f"{name}: no face found — use a photo where one face is clearly visible")
@@ -373,7 +373,7 @@ class Studio:
         self, session: Session, target: str, faces: FacesSettings, runtime: RuntimeSettings
     ) -> tuple[Scan, list[str]]:
         """The people of the target (`Service.people`) and a picture of each, as files the session may fetch."""
-        with self.service.model_lock:
+        with self.service.model_lock.brief():
             found = self.service.people(Path(target), faces, runtime)
         folder = session.folder / "people"
         pictures = [

@@ -12,6 +12,7 @@ from engine.live.devices import Camera
 from engine.live.faces import track_live
 from engine.live.loop import Captured, Figures, LiveLoop, Processed, Sink, SinkThread, percentile
 from engine.live.record import Recorder, Recording
+from engine.model_lock import ModelLock
 from engine.service import FrameRenderer
 
 
@@ -66,7 +67,7 @@ class _Capture:
 def run_camera(
     camera: Camera,
     renderer: FrameRenderer,
-    model_lock: threading.Lock,
+    model_lock: ModelLock | threading.Lock,
     sinks: Sequence[Sink],
     *,
     recorder: Recorder | None = None,

@@ -16,6 +16,7 @@ import numpy as np
 
 from engine.errors import FacestudioError, InvalidInput
 from engine.live.faces import stop_live, track_live
+from engine.model_lock import ModelLock
 from engine.service import FrameRenderer
 from engine.types import Frame
 
@@ -213,7 +214,7 @@ class LiveLoop:
     def __init__(
         self,
         renderer: FrameRenderer,
-        model_lock: threading.Lock,
+        model_lock: ModelLock | threading.Lock,
         emit: Callable[[Processed], None],
         *,
         fps: float = 30.0,

@@ -1,0 +1,168 @@
+"""The model lock: brief work (a preview, a face search) gets in between a run's batches, not after the run; plain
+holders (another job, a live stream's frames) wait for the release; brief work cannot stall the run; misuse is an
+error, not a deadlock. The studio's preview during a run is tested at the end."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from engine import demo
+from engine import media as video
+from engine.model_lock import ModelLock
+from webui.app import Studio
+from webui.privacy import COOKIE, owner_from
+
+
+def _until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.001)
+
+
+def _thread(work: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_brief_work_goes_between_two_batches_of_the_holder() -> None:
+    lock, events = ModelLock(), []
+
+    def preview() -> None:
+        with lock.brief():
+            events.append("preview")
+
+    with lock:
+        waiter = _thread(preview)
+        _until(lambda: lock.brief_waiting == 1)
+        events.append("batch 1")
+        assert lock.let_brief() == 1
+        events.append("batch 2")
+    waiter.join(5)
+    assert events == ["batch 1", "preview", "batch 2"]
+
+
+def test_plain_acquire_waits_for_the_release_not_for_a_batch() -> None:
+    lock, events = ModelLock(), []
+
+    def job() -> None:
+        with lock:
+            events.append("other job")
+
+    with lock:
+        other = _thread(job)
+        time.sleep(0.05)  # the other job is waiting (a plain waiter is not counted as brief)
+        assert lock.brief_waiting == 0
+        assert lock.let_brief() == 0
+        events.append("batch 2")
+    other.join(5)
+    assert events == ["batch 2", "other job"]
+
+
+def test_brief_work_that_comes_while_others_go_waits_for_the_next_batch() -> None:
+    lock, events = ModelLock(), []
+
+    def second() -> None:
+        with lock.brief():
+            events.append("second")
+
+    def first() -> None:
+        with lock.brief():
+            events.append("first")
+            threads.append(_thread(second))
+            _until(lambda: lock.brief_waiting == 1)
+
+    threads: list[threading.Thread] = []
+    with lock:
+        threads.append(_thread(first))
+        _until(lambda: lock.brief_waiting == 1)
+        assert lock.let_brief() == 1  # only what waited when the batch ended
+        events.append("batch 2")
+        assert lock.brief_waiting == 1
+        assert lock.let_brief() == 1
+        events.append("batch 3")
+    for thread in threads:
+        thread.join(5)
+    assert events == ["first", "batch 2", "second", "batch 3"]
+
+
+def test_free_lock_timeouts_and_misuse() -> None:
+    lock = ModelLock()
+    with lock.brief():
+        pass  # free: at once
+    assert lock.let_brief() == 0  # a thread that does not hold it has no one to let in
+    taken = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with lock:
+            taken.set()
+            release.wait(5)
+
+    thread = _thread(holder)
+    taken.wait(5)
+    assert lock.acquire(blocking=False) is False
+    assert lock.acquire(timeout=0.05) is False
+    with pytest.raises(RuntimeError, match="does not hold"):
+        lock.release()
+    release.set()
+    thread.join(5)
+    with lock:
+        with pytest.raises(RuntimeError, match="already holds"), lock.brief():
+            pass
+        with pytest.raises(RuntimeError, match="already holds"):
+            lock.acquire()
+    assert lock.acquire(timeout=0) is True
+    lock.release()
+
+
+class _Asking:
+    """A run's progress that, on the first frame done, asks the studio for a preview from another thread and waits
+    until that preview waits for the model lock; then records how far the run was when the preview came back."""
+
+    def __init__(self, ask: Callable[[], object], lock: ModelLock) -> None:
+        self.ask, self.lock, self.done = ask, lock, 0
+        self.frames_when_previewed: int | None = None
+        self.thread: threading.Thread | None = None
+        self.unit = ""
+
+    def stage(self, name: str, total: int | None = None, unit: str = "frame") -> None:
+        self.unit = unit
+
+    def advance(self, n: int = 1) -> None:
+        if self.unit != "frame" or not n:  # a resumable run first reports the frames it already has (0)
+            return
+        self.done += n
+        if self.thread is None:
+            self.thread = _thread(self._preview)
+            _until(lambda: self.lock.brief_waiting == 1)
+
+    def _preview(self) -> None:
+        self.preview = self.ask()
+        self.frames_when_previewed = self.done
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_preview_during_a_run_comes_after_one_batch_not_after_the_run(tmp_path: Path) -> None:
+    clip = demo.make_clip(tmp_path / "clip.mp4", 160, 90, 8)
+    studio = Studio(work_dir=tmp_path / "work")
+    session = studio.session(owner_from({COOKIE: "a" * 64}, None))
+    # One frame per batch, and the preview shares the run's runtime (the same settings) and its face analyser.
+    raw = {"processors": ["face_swapper"], "runtime": {"batch": 1}}
+    source = str(demo.source_photo())
+    asking = _Asking(lambda: studio.preview(session, raw, str(clip), [source], 3), studio.service.model_lock)
+    report, _ = studio.run_for(session, raw, str(clip), [source], asking)  # type: ignore[arg-type]
+    assert asking.thread is not None
+    asking.thread.join(10)
+    assert asking.frames_when_previewed == 1  # the run waited at its first batch's end, for the preview alone
+    assert len(asking.preview.rendered.chosen) == 1
+    assert report.frames == 8 and report.faces_processed == 8
+    assert video.probe(Path(report.output)).frame_count == 8
