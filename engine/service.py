@@ -103,7 +103,11 @@ class FrameRenderer:
                 if not track:
                     self.faces.stage.restart()
                 ((_, ctx),) = list(self.faces.annotate([frame], index))
-                detected = ctx.faces if track else tuple(self.faces.stage.analyser.detect(frame))
+                if track:
+                    detected = ctx.faces
+                else:
+                    stage = self.faces.stage
+                    detected = stage.label_people(frame, stage.analyser.detect(frame))
                 if not track:
                     self._found[index] = (ctx, detected)
                     while len(self._found) > _FRAMES_KEPT:

@@ -247,3 +247,43 @@ def test_faces_scan_of_an_image_prints_each_person_and_how_to_map_them(
     assert err.startswith("error: ") and "nobody.mp4" in err and err.count("\n") == 0
     assert cli.main(["faces", "scan", "--target", str(pair), "--set", "face_swapper.blend=5"]) == 2
     assert "faces scan takes only faces settings" in capsys.readouterr().err
+
+
+def test_nearest_names_each_face_of_a_frame_at_most_once_and_no_one_beyond_the_threshold(
+    photos: dict[str, Path], analyser: EmbeddedAnalyser
+) -> None:
+    from engine.faces.people import Gallery, Person
+
+    images = _photos(photos)
+    own = {n: analyser.embed(im, analyser.detect(im)[:1])[0].embedding for n, im in images.items()}
+    blank = np.zeros((192, 192, 3), np.uint8)
+    people = [
+        Person(n, own[name], analyser.recogniser, (0,), 0.0, 0.0, blank, 0, (0.0, 0.0, 1.0, 1.0))
+        for n, name in ((4, "astronaut"), (7, "hopper"))
+    ]
+    gallery = Gallery(analyser, people)
+    far = np.full(128, 5.0, np.float32)
+    assert gallery.nearest([own["hopper"], own["astronaut"], None, far]) == [7, 4, None, None]
+    # Two faces like one person: only the closer is that person.
+    assert gallery.nearest([own["hopper"], own["hopper"] + 0.01]) == [7, None]
+    # Nothing was numbered or held: a new track still gets the scanned person.
+    assert gallery.assign({1: own["astronaut"]}) == {1: 4}
+
+
+def test_a_face_known_as_a_person_is_labelled_with_that_person_on_the_preview() -> None:
+    import cv2
+
+    from engine.faces.crops import draw_numbers, face_label
+    from engine.types import Face
+
+    points = np.zeros((5, 2), np.float32)
+    faces = [Face((40.0, 150.0, 140.0, 250.0), points, 0.9), Face((240.0, 150.0, 340.0, 250.0), points, 0.9, person=12)]
+    assert [face_label(i, f) for i, f in enumerate(faces, 1)] == ["1", "P12"]
+    drawn = draw_numbers(np.full((400, 400, 3), 90, np.uint8), faces, faces[1:])
+    # Each label sits on a filled tag above its box as wide as its text (400 px frame: 1 px lines, scale 0.5).
+    for face, text, colour in zip(faces, ("1", "P12"), ((255, 255, 255), (255, 140, 0)), strict=True):
+        (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 2)
+        x1, y1 = round(face.box[0]), round(face.box[1])
+        top = y1 - th - base - 2
+        assert (drawn[top, x1 : x1 + tw + 5] == colour).all()
+        assert (drawn[top, x1 + tw + 6] == 90).all()

@@ -75,8 +75,13 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
 
     selector, summary = page.people._given(1)([str(pair["astronaut"])], request)
     assert selector == "map" and summary.startswith("**People** — person 1 ← astronaut.png")
-    compare, _, _, message, _ = page.on_preview(target, [], 0, [], False, heard, request)
+    compare, gallery, _, message, _ = page.on_preview(target, [], 0, [], False, heard, request)
     assert "2 faces found, 1 changed" in message, message
+    # The faces on the preview and under it are labelled with their people's numbers, as in the panel.
+    assert sorted(caption for _, caption in gallery) == ["P0", "P1"]
+    raw, sources = page.people.apply(session, page.settings.raw_from(values), target, [])
+    shown = studio.preview(session, raw, target, sources, 0).rendered.detected
+    assert sorted((f.box[0] >= 512, f.person) for f in shown) == [(False, 0), (True, 1)]
     before, after = (video.read_image(Path(p))[0] for p in compare["value"])
     image = pair["image"]
     # The preview is a JPEG: the target through the same encoder is what an untouched half looks like (its

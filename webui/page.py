@@ -31,6 +31,7 @@ import gradio as gr
 from engine import consent
 from engine import media as video
 from engine.errors import Cancelled, FacestudioError
+from engine.faces.crops import face_label
 from engine.job import SETTINGS_GROUPS, FacesSettings, Preset, load_preset_raw, preset_names, save_user_preset
 from engine.models.licences import licence_texts
 from engine.models.licences import summary as licence_summary
@@ -43,7 +44,7 @@ from webui.live import LiveTab
 from webui.people import PeoplePanel
 from webui.privacy import owner_from
 from webui.schedule import Place
-from webui.studio import Session, Studio, user_message
+from webui.studio import Preview, Session, Studio, user_message
 from webui.summary import report_json, summary
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,14 @@ def _slider_at(rendered: Rendered) -> float:
         return 50.0
     x1, _, x2, _ = faces[0].box
     return min(max((x1 + x2) / 2 / rendered.before.shape[1] * 100, 5.0), 95.0)
+
+
+def _captioned(preview: Preview) -> list[tuple[str, str]]:
+    """The face pictures of a preview, each captioned with its label on the preview (`face_label`)."""
+    return [
+        (path, face_label(i, face))
+        for i, (path, face) in enumerate(zip(preview.faces, preview.rendered.detected, strict=True), 1)
+    ]
 
 
 def _ordinal(n: int) -> str:
@@ -627,7 +636,7 @@ class Page:
             if needs_source and not sources:
                 preset = self.service.preset(raw)
                 preview = self.studio.frame_only(session, target, index, preset.faces, preset.runtime.max_pixels)
-                gallery = [(path, str(i + 1)) for i, path in enumerate(preview.faces)]
+                gallery = _captioned(preview)
                 found = len(preview.rendered.detected)
                 note = f"{found} face{'s' if found != 1 else ''} found; add a source face photo to see the swap"
                 compare = gr.update(value=(preview.before, preview.after), slider_position=_slider_at(preview.rendered))
@@ -649,8 +658,7 @@ class Page:
         compare = gr.update(value=(preview.before, preview.after), slider_position=_slider_at(rendered))
         if preview.faces == shown_faces:  # the same faces as shown: nothing to send again
             return compare, gr.skip(), gr.skip(), text
-        gallery = [(path, str(i + 1)) for i, path in enumerate(preview.faces)]
-        return compare, gallery, preview.faces, text
+        return compare, _captioned(preview), preview.faces, text
 
     def on_pick(self, face_paths: list[str], event: gr.SelectData, request: gr.Request) -> tuple[Any, ...]:
         session = session_of(self.studio, request)

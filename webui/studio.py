@@ -323,7 +323,12 @@ class Studio:
     def _frame_pictures(self, session: Session, target: str, index: int, rendered: Rendered) -> tuple[str, list[str]]:
         """The frame with its faces numbered and a picture of each face, made once per frame and faces (an
         option change re-renders only the result, and the browser keeps the frame it already has)."""
-        key = (str(target), index, tuple(f.box for f in rendered.detected), tuple(f.box for f in rendered.chosen))
+        key = (
+            str(target),
+            index,
+            tuple((f.box, f.person) for f in rendered.detected),
+            tuple(f.box for f in rendered.chosen),
+        )
         kept = session.frames.pop(key, None)
         if kept is None:
             stamp = f"{time.monotonic_ns():x}"

@@ -33,10 +33,16 @@ def thumbnail(frame: Frame, box: tuple[float, float, float, float], size: int = 
     )
 
 
+def face_label(number: int, face: Face) -> str:
+    """What a face of a frame is called on a preview: `P3` for a face known as person 3 (the numbers `faces scan`
+    and the people panel use, from 0), else its place `number` on the frame (1, 2, …)."""
+    return f"P{face.person}" if face.person is not None else str(number)
+
+
 def draw_numbers(frame: Frame, faces: Sequence[Face], chosen: Sequence[Face] = ()) -> Frame:
-    """A copy of `frame` (H×W×3 uint8 RGB) with each face's box and its number (1, 2, … in the order given) drawn;
-    faces in `chosen` (the ones a job would process) in orange, the others in white. Line width and text size
-    follow the frame's size, so numbers stay readable on a 4K frame shown small."""
+    """A copy of `frame` (H×W×3 uint8 RGB) with each face's box and label drawn (`face_label`: its person, else its
+    number 1, 2, … in the order given); faces in `chosen` (the ones a job would process) in orange, the others in
+    white. Line width and text size follow the frame's size, so labels stay readable on a 4K frame shown small."""
     out = np.ascontiguousarray(frame.copy())
     picked = {id(f) for f in chosen}
     boxes_of_chosen = [tuple(round(v) for v in f.box) for f in chosen]
@@ -49,7 +55,7 @@ def draw_numbers(frame: Frame, faces: Sequence[Face], chosen: Sequence[Face] = (
         x1, y1, x2, y2 = box
         cv2.rectangle(out, (x1, y1), (x2 - 1, y2 - 1), (0, 0, 0), thickness + 2)
         cv2.rectangle(out, (x1, y1), (x2 - 1, y2 - 1), colour, thickness)
-        label = str(number)
+        label = face_label(number, face)
         (tw, th), base = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, font_scale, thickness + 1)
         top = max(y1 - th - base - 2 * thickness, 0)
         cv2.rectangle(out, (x1, top), (x1 + tw + 4 * thickness, top + th + base + 2 * thickness), colour, -1)

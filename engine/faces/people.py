@@ -380,6 +380,14 @@ class Gallery:
                     log.debug("track %d: a person the scan did not see, now person %d", track_id, self._held[track_id])
         return {t: self._held[t] for t in tracks if t in self._held}
 
+    def nearest(self, embeddings: Sequence[npt.ArrayLike | None]) -> list[int | None]:
+        """The person each of a frame's faces (their embeddings) is: one optimal assignment to the people known,
+        each at most once, within the threshold; None for a face that is no one known (or has no embedding).
+        Numbers no one and holds no track: what a single frame (a preview) shows."""
+        numbers = list(self._people)
+        matches = match(self.analyser, embeddings, [self._people[n] for n in numbers])
+        return [numbers[matches[i]] if i in matches else None for i in range(len(embeddings))]
+
     def release(self, alive: Sequence[int]) -> None:
         """Forget the tracks not in `alive` (their person may be taken by a later track)."""
         keep = set(alive)

@@ -236,6 +236,16 @@ class FaceStage:
         while held:
             yield self._emit(*held.popleft())
 
+    def label_people(self, frame: Frame, faces: Sequence[Face]) -> tuple[Face, ...]:
+        """`faces` of `frame` with the person each one is (`Gallery.nearest`; embedded first where they have no
+        embedding) when this stage groups faces into people, else as given: what a preview labels them with."""
+        if self.gallery is None or not faces:
+            return tuple(faces)
+        embedded = iter(self.analyser.embed(frame, [f for f in faces if f.embedding is None]))
+        faces = [f if f.embedding is not None else next(embedded) for f in faces]
+        numbers = self.gallery.nearest([f.embedding for f in faces])
+        return tuple(replace(f, person=n) for f, n in zip(faces, numbers, strict=True))
+
     def _people(self, tracks: dict[int, tuple[Face, str]]) -> dict[int, tuple[Face, str]]:
         """The tracks' faces with their person numbers (when people are grouped)."""
         if self.gallery is None:
