@@ -12,7 +12,8 @@ playwright) at 1440×900, and measures:
   page until the new result is shown (a new result image, fully decoded), against the chain's own time the
   engine measured for that very render (`Rendered.chain_ms`, shown in the same status). Ratio = browser ÷ chain.
 - Gradio's floor: the same measurement on a page with one field whose handler only writes the frame as a JPEG
-  (`gradio_floor`): what any Gradio event with a new image costs on this machine, whatever the chain.
+  (`gradio_floor`, outside the queue as the studio's previews are): what any Gradio event with a new image costs
+  on this machine, whatever the chain.
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def summarised(samples: list[tuple[float, float]]) -> dict[str, Any]:
 def floor(browser: Any, work: Path, target: Path, repeats: int) -> dict[str, Any]:
     """Gradio's own round trip, for comparison: a page with one number field and a before/after, whose handler only
     writes `target` as a new JPEG (as the studio's preview writes its result), measured as the studio's preview is.
-    Its "chain" is the handler's own time; the browser's time minus it is what any Gradio event costs here."""
+    Its "chain" is the handler's own time; the browser's time minus it is what any Gradio event costs here. Sent
+    outside Gradio's queue, as the studio's previews are."""
     import gradio as gr
 
     frame = video.read_image(target)[0]
@@ -145,7 +147,7 @@ def floor(browser: Any, work: Path, target: Path, repeats: int) -> dict[str, Any
         field = gr.Number(value=100, label="blend (%)")
         status = gr.Markdown(elem_id="preview-status")
         compare = gr.ImageSlider(type="filepath", elem_id="compare")
-        field.input(render, [field], [compare, status], trigger_mode="always_last")
+        field.input(render, [field], [compare, status], trigger_mode="always_last", queue=False)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
