@@ -47,6 +47,7 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "source": demo.source_photo(),
         "wall": wall,
         "clip": demo.make_clip(folder / "clip.mp4", 320, 240, 48),
+        "long clip": demo.make_clip(folder / "long.mp4", 320, 240, 240),
     }
 
 
@@ -233,12 +234,18 @@ def test_a_second_run_waits_in_line_and_cancel_ends_as_cancelled(
 
     first, second = open_page(browser, app), open_page(browser, app)
     for page in (first, second):
-        load_inputs(page, media["source"], media["clip"])
+        load_inputs(page, media["source"], media["long clip"])
         page.locator("#consent input[type=checkbox]").check()
     first.locator("#run").click()
     expect(first.locator("#status")).to_contain_text("rendering:", timeout=120_000)
     second.locator("#run").click()
     expect(second.locator("#status")).to_contain_text("waiting: 1st in line", timeout=30_000)
+    # A preview is single-frame work: it comes between two batches of the running job, not after the job.
+    shown = "() => [...document.querySelectorAll('#compare img')].map(i => i.src).join(' ')"
+    before = second.evaluate(shown)
+    second.get_by_label("blend (%)").first.fill("60")
+    second.wait_for_function(f"(before) => ({shown})() !== before", arg=before, timeout=60_000)
+    assert "rendering:" in first.locator("#status").inner_text()
     first.locator("#cancel").click()
     expect(first.locator("#status")).to_contain_text("cancelled — nothing was written", timeout=60_000)
     assert first.locator(".error").count() == 0
