@@ -72,11 +72,12 @@ class Clip:
         return min(near, key=lambda n: (near[n][0] - cx) ** 2 + (near[n][1] - cy) ** 2)
 
 
-def make(path: Path) -> Clip:
-    """Write the clip (H.264, near-lossless) to `path` and read it back."""
+def make(path: Path, count: int = COUNT) -> Clip:
+    """Write the clip (H.264, near-lossless) to `path` and read it back. `count` frames: past COUNT, the two stand
+    where the walk left them (a longer clip of the same scene, for benchmarks/people.py)."""
     patches = portraits()
     with media.FrameWriter(path, WIDTH, HEIGHT, media.FrameTimes.constant(Fraction(FPS)), None, crf=4) as writer:
-        for i in range(COUNT):
+        for i in range(count):
             writer.write(frame(i, patches))
     info = media.probe(path)
     with media.FrameReader(path, info) as reader:
