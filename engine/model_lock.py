@@ -15,8 +15,19 @@ runs: they use the face analyser, which serialises its own calls, and never the 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Turn:
+    """How a piece of brief work got the lock: `waited` seconds, and whether it waited for a job (a plain holder)
+    rather than only for other brief work: what a preview tells its user when it was slow to come."""
+
+    waited: float
+    behind_job: bool
 
 
 class ModelLock:
@@ -27,6 +38,7 @@ class ModelLock:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._owner: int | None = None  # thread id of the holder
+        self._owner_brief = False  # whether the holder is brief work
         self._lender: int | None = None  # the holder that let brief work in (`let_brief`) and waits to go on
         self._tickets = 0
         self._waiting: set[int] = set()  # tickets of brief work waiting
@@ -39,7 +51,7 @@ class ModelLock:
         with self._cond:
             got = self._cond.wait_for(self._free, None if timeout < 0 else timeout) if blocking else self._free()
             if got:
-                self._owner = me
+                self._owner, self._owner_brief = me, False
             return got
 
     def release(self) -> None:
@@ -57,11 +69,13 @@ class ModelLock:
         self.release()
 
     @contextmanager
-    def brief(self) -> Iterator[None]:
+    def brief(self) -> Iterator[Turn]:
         """Hold the lock for one short piece of work: at once when it is free, else at the holder's next
-        `let_brief` (or its release)."""
+        `let_brief` (or its release). Gives the `Turn`: how long it waited, and whether for a job."""
         me = self._not_mine()
+        asked = time.monotonic()
         with self._cond:
+            behind_job = self._lender is not None or (self._owner is not None and not self._owner_brief)
             ticket = self._tickets
             self._tickets += 1
             self._waiting.add(ticket)
@@ -69,12 +83,12 @@ class ModelLock:
                 self._cond.wait_for(lambda: self._owner is None and (self._lender is None or ticket <= self._serving))
             finally:
                 self._waiting.discard(ticket)
-            self._owner = me
+            self._owner, self._owner_brief = me, True
         try:
-            yield
+            yield Turn(time.monotonic() - asked, behind_job)
         finally:
             with self._cond:
-                self._owner = None
+                self._owner, self._owner_brief = None, False
                 self._cond.notify_all()
 
     def let_brief(self) -> int:
@@ -90,7 +104,7 @@ class ModelLock:
             self._lender, self._owner = me, None
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._owner is None and not any(t <= self._serving for t in self._waiting))
-            self._lender, self._owner = None, me
+            self._lender, self._owner, self._owner_brief = None, me, False
             return served
 
     @property

@@ -7,14 +7,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from engine import demo
 from engine import media as video
-from engine.model_lock import ModelLock
+from engine.model_lock import ModelLock, Turn
 from webui.app import Studio
+from webui.page import _waited
 from webui.privacy import COOKIE, owner_from
 
 
@@ -34,18 +36,25 @@ def _thread(work: Callable[[], None]) -> threading.Thread:
 def test_brief_work_goes_between_two_batches_of_the_holder() -> None:
     lock, events = ModelLock(), []
 
+    turns: list[Turn] = []
+
     def preview() -> None:
-        with lock.brief():
+        with lock.brief() as turn:
+            turns.append(turn)
             events.append("preview")
 
     with lock:
         waiter = _thread(preview)
         _until(lambda: lock.brief_waiting == 1)
         events.append("batch 1")
+        time.sleep(0.05)
         assert lock.let_brief() == 1
         events.append("batch 2")
     waiter.join(5)
     assert events == ["batch 1", "preview", "batch 2"]
+    assert turns[0].behind_job and turns[0].waited >= 0.05
+    with lock.brief() as turn:  # free: no wait, no job
+        assert turn.behind_job is False and turn.waited < 0.05
 
 
 def test_plain_acquire_waits_for_the_release_not_for_a_batch() -> None:
@@ -69,8 +78,9 @@ def test_brief_work_that_comes_while_others_go_waits_for_the_next_batch() -> Non
     lock, events = ModelLock(), []
 
     def second() -> None:
-        with lock.brief():
+        with lock.brief() as turn:
             events.append("second")
+            turns.append(turn)
 
     def first() -> None:
         with lock.brief():
@@ -79,6 +89,7 @@ def test_brief_work_that_comes_while_others_go_waits_for_the_next_batch() -> Non
             _until(lambda: lock.brief_waiting == 1)
 
     threads: list[threading.Thread] = []
+    turns: list[Turn] = []
     with lock:
         threads.append(_thread(first))
         _until(lambda: lock.brief_waiting == 1)
@@ -90,6 +101,7 @@ def test_brief_work_that_comes_while_others_go_waits_for_the_next_batch() -> Non
     for thread in threads:
         thread.join(5)
     assert events == ["first", "batch 2", "second", "batch 3"]
+    assert turns[0].behind_job  # it came while brief work held the lock, but waited for the job's next batch
 
 
 def test_free_lock_timeouts_and_misuse() -> None:
@@ -124,7 +136,8 @@ def test_free_lock_timeouts_and_misuse() -> None:
 
 class _Asking:
     """A run's progress that, on the first frame done, asks the studio for a preview from another thread and waits
-    until that preview waits for the model lock; then records how far the run was when the preview came back."""
+    until that preview waits for the model lock (`frames_when_previewed`: how far the run was when the preview's
+    render started, which `test_…` records)."""
 
     def __init__(self, ask: Callable[[], object], lock: ModelLock) -> None:
         self.ask, self.lock, self.done = ask, lock, 0
@@ -145,13 +158,14 @@ class _Asking:
 
     def _preview(self) -> None:
         self.preview = self.ask()
-        self.frames_when_previewed = self.done
 
     def close(self) -> None:
         pass
 
 
-def test_a_preview_during_a_run_comes_after_one_batch_not_after_the_run(tmp_path: Path) -> None:
+def test_a_preview_during_a_run_comes_after_one_batch_not_after_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clip = demo.make_clip(tmp_path / "clip.mp4", 160, 90, 8)
     studio = Studio(work_dir=tmp_path / "work")
     session = studio.session(owner_from({COOKIE: "a" * 64}, None))
@@ -159,10 +173,23 @@ def test_a_preview_during_a_run_comes_after_one_batch_not_after_the_run(tmp_path
     raw = {"processors": ["face_swapper"], "runtime": {"batch": 1}}
     source = str(demo.source_photo())
     asking = _Asking(lambda: studio.preview(session, raw, str(clip), [source], 3), studio.service.model_lock)
+    render = studio.service.preview
+
+    def rendering(*args: object) -> object:  # runs while the preview holds the lock
+        asking.frames_when_previewed = asking.done
+        return render(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(studio.service, "preview", rendering)
     report, _ = studio.run_for(session, raw, str(clip), [source], asking)  # type: ignore[arg-type]
     assert asking.thread is not None
     asking.thread.join(10)
     assert asking.frames_when_previewed == 1  # the run waited at its first batch's end, for the preview alone
     assert len(asking.preview.rendered.chosen) == 1
+    # The page says why this preview was slow to come.
+    assert asking.preview.turn.behind_job
+    waited = _waited(replace(asking.preview, turn=Turn(0.42, True)))
+    assert waited == "; waited 0.4 s for a running job to finish its batch"
+    assert _waited(replace(asking.preview, turn=Turn(0.3, False))) == "; waited 0.3 s for another preview"
+    assert _waited(replace(asking.preview, turn=Turn(0.05, True))) == ""
     assert report.frames == 8 and report.faces_processed == 8
     assert video.probe(Path(report.output)).frame_count == 8

@@ -63,6 +63,8 @@ CSS = """
 _STAGES = {"frames": "rendering"}
 # The processor the preview's debugger toggle appends to the chain (processors/face_debugger.py).
 DEBUGGER = "face_debugger"
+# A preview that waited this long (seconds) for the model says so in its status line.
+WAIT_SHOWN_S = 0.1
 
 
 def session_of(studio: Studio, request: gr.Request) -> Session:
@@ -87,6 +89,15 @@ def _captioned(preview: Preview) -> list[tuple[str, str]]:
         (path, face_label(i, face))
         for i, (path, face) in enumerate(zip(preview.faces, preview.rendered.detected, strict=True), 1)
     ]
+
+
+def _waited(preview: Preview) -> str:
+    """What a preview that waited for the model says of it (nothing under WAIT_SHOWN_S)."""
+    turn = preview.turn
+    if turn.waited < WAIT_SHOWN_S:
+        return ""
+    behind = "a running job to finish its batch" if turn.behind_job else "another preview"
+    return f"; waited {turn.waited:.1f} s for {behind}"
 
 
 def _ordinal(n: int) -> str:
@@ -640,7 +651,7 @@ class Page:
                 found = len(preview.rendered.detected)
                 note = f"{found} face{'s' if found != 1 else ''} found; add a source face photo to see the swap"
                 compare = gr.update(value=(preview.before, preview.after), slider_position=_slider_at(preview.rendered))
-                return compare, gallery, preview.faces, f"frame {index}: {note}"
+                return compare, gallery, preview.faces, f"frame {index}: {note}{_waited(preview)}"
             preview = self.studio.preview(session, raw, target, sources, index)
         except Exception as exc:
             message = user_message(exc, session.names)
@@ -654,7 +665,7 @@ class Page:
             if any(self.studio.registry[p].needs_faces for p in raw["processors"])
             else ""
         )
-        text = f"frame {index}: chain {rendered.chain_ms:.0f} ms{faces}"
+        text = f"frame {index}: chain {rendered.chain_ms:.0f} ms{faces}{_waited(preview)}"
         compare = gr.update(value=(preview.before, preview.after), slider_position=_slider_at(rendered))
         if preview.faces == shown_faces:  # the same faces as shown: nothing to send again
             return compare, gr.skip(), gr.skip(), text

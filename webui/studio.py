@@ -27,6 +27,7 @@ from engine.faces.crops import draw_numbers, thumbnail
 from engine.faces.people import Scan
 from engine.job import FacesSettings, Job, RuntimeSettings
 from engine.metrics import observe_job
+from engine.model_lock import Turn
 from engine.pipeline import RunReport
 from engine.processor import FrameProcessor
 from engine.progress import Progress
@@ -66,12 +67,14 @@ class Session:
 @dataclass(frozen=True)
 class Preview:
     """A preview ready for the page: `before` (faces numbered) and `after` as files the owner may fetch, the
-    faces found (thumbnails, in the numbering's order) and the time the chain took (ms)."""
+    faces found (thumbnails, in the numbering's order), the time the chain took (ms, in `rendered`) and how it got
+    the model (`turn`: how long it waited, and whether for a running job)."""
 
     before: str
     after: str
     faces: list[str]
     rendered: Rendered
+    turn: Turn = Turn(0.0, False)
 
 
 def user_message(exc: BaseException, names: Mapping[str, str]) -> str:
@@ -288,10 +291,10 @@ class Studio:
     ) -> Preview:
         """Frame `index` of the target through the chain (the path every batch of a run takes), as files the
         session may fetch: the frame with its faces numbered, the result, and a picture of each face."""
-        with self.service.model_lock.brief():
+        with self.service.model_lock.brief() as turn:
             rendered = self.service.preview(raw, Path(target), [Path(s) for s in sources], index)
         before, faces = self._frame_pictures(session, target, index, rendered)
-        return Preview(before, self._picture(session, rendered.after), faces, rendered)
+        return Preview(before, self._picture(session, rendered.after), faces, rendered, turn)
 
     def _picture(self, session: Session, frame: Frame) -> str:
         """A frame as a new JPEG the session may fetch; only the newest few are kept."""
@@ -313,12 +316,12 @@ class Studio:
         self, session: Session, target: str, index: int, settings: FacesSettings, max_pixels: int
     ) -> Preview:
         """Frame `index` of the target with its faces numbered, unprocessed (before a source is given)."""
-        with self.service.model_lock.brief():
+        with self.service.model_lock.brief() as turn:
             frame = self.service.frame(Path(target), index, max_pixels)
             faces = tuple(self.service.find_faces(frame, settings))
         rendered = Rendered(frame, frame, faces, ())
         before, pictures = self._frame_pictures(session, target, index, rendered)
-        return Preview(before, before, pictures, rendered)
+        return Preview(before, before, pictures, rendered, turn)
 
     def _frame_pictures(self, session: Session, target: str, index: int, rendered: Rendered) -> tuple[str, list[str]]:
         """The frame with its faces numbered and a picture of each face, made once per frame and faces (an
