@@ -541,10 +541,13 @@ def _list_row(row: Any) -> dict[str, Any]:
 
 
 def _models_verify(catalogue: Any, ids: list[str]) -> int:
-    """Every present file of `ids` and each cached conversion of them, checked as a job checks them."""
+    """Every present file of `ids`, each cached conversion and int8 graph of them, checked as a job checks them."""
     checked = catalogue.verify(ids)
     for item in checked:
-        print(f"{item.status:<9} {item.model:<30} {item.path}")
+        print(f"{item.status:<10} {item.model:<30} {item.path}")
+    for model in sorted({item.model for item in checked if item.status == "requantise"}):
+        print(f"warning: a job at runtime.precision=int8 refuses the int8 graph of {model}: quantise it again with "
+              f"`python launch.py models quantize {model}`", file=sys.stderr)  # fmt: skip
     bad = sum(item.status == "mismatch" for item in checked)
     if bad:
         print(f"error: {bad} file(s) do not match their sha256; delete or replace them", file=sys.stderr)

@@ -67,8 +67,9 @@ class ModelStatus:
 
 @dataclass(frozen=True)
 class Verified:
-    """A file checked as a job checks it: "ok", "missing", "mismatch", or for a cached conversion "rebuild" (no
-    record signed here: it is made again on use)."""
+    """A file checked as a job checks it: "ok", "missing", "mismatch", for a cached conversion "rebuild" (no
+    record signed here: it is made again on use), and for an int8 graph "requantise" (no record signed here, or
+    made from another file: a job at runtime.precision=int8 refuses it until `models quantize` makes it again)."""
 
     model: str
     path: Path
@@ -219,8 +220,9 @@ class Catalogue:
 
     # -- verifying ----------------------------------------------------------------------------------------------
     def verify(self, ids: list[str] | None = None) -> list[Verified]:
-        """Every present file of `ids` (default: all) and each cached conversion of them, checked exactly as a job
-        checks them (embedded and exported files through the runtime, downloaded ones against their sha256)."""
+        """Every present file of `ids` (default: all), each cached conversion of them and their int8 graphs,
+        checked exactly as a job checks them (embedded and exported files through the runtime, downloaded ones
+        against their sha256, derived graphs against the records this installation signed)."""
         runtime = self._runtime(RuntimeSettings())
         out = []
         for model_id in ids or list(runtime.manifest.models):
@@ -238,6 +240,10 @@ class Catalogue:
                 if converted is not None:
                     shown = {"ok": "ok", "tampered": "mismatch", "unrecorded": "rebuild"}[converted]
                     out.append(Verified(model_id, runtime.conversion_path(spec, f), shown))
+            quantised = runtime.check_int8(spec)
+            if quantised is not None:
+                status, path = quantised
+                out.append(Verified(model_id, path, {"ok": "ok", "tampered": "mismatch"}.get(status, "requantise")))
         return out
 
     # -- exporting ----------------------------------------------------------------------------------------------

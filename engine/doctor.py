@@ -499,13 +499,14 @@ def check_models(runtime: Runtime, default_models: Collection[str]) -> Result:
     the manifest's sha256), `embedded` (inside an installed package, sha256 checked), `tampered` (another
     sha256: left in place), `missing`; and each cached conversion of a file, checked as a job checks it
     (`Runtime.check_conversion`): `present-verified`, `tampered` (refused by a job: an error), `unrecorded` (no
-    record this installation signed: a job makes it again; a warning). A model's status is its best file's
-    (`tampered` first: it needs action). `needed` marks the models the default job loads; one of them missing is
-    an error."""
+    record this installation signed: a job makes it again; a warning); and its int8 graph, if `models quantize`
+    made one (`Runtime.check_int8`): `present-verified`, `tampered` (an error), `unrecorded` or `stale` (a job at
+    runtime.precision=int8 refuses it; a warning). A model's status is its best file's (`tampered` first: it needs
+    action). `needed` marks the models the default job loads; one of them missing is an error."""
     from engine.errors import ChecksumMismatch
 
     rows, problems = [], []
-    order = ("tampered", "present-verified", "embedded", "unrecorded", "missing")
+    order = ("tampered", "present-verified", "embedded", "unrecorded", "stale", "missing")
     for spec in runtime.manifest.models.values():
         files = []
         for file in spec.files:
@@ -524,6 +525,7 @@ def check_models(runtime: Runtime, default_models: Collection[str]) -> Result:
                 problems.append(Problem("models", "error", str(exc), fix))
             files.append({"file": file.filename, "format": file.format, "status": status, "path": str(path)})
             files += _conversion(runtime, spec, file, problems)
+        files += _int8(runtime, spec, problems)
         status = min((f["status"] for f in files), key=order.index)
         needed = spec.id in default_models
         rows.append({"id": spec.id, "task": spec.task, "status": status, "needed": needed, "files": files})
@@ -553,6 +555,30 @@ def _conversion(runtime: Runtime, spec: ModelSpec, file: FileSpec, problems: lis
                                 f"nothing to do, or delete {path} to rebuild it now"))  # fmt: skip
     shown = {"ok": "present-verified"}.get(status, status)
     return [{"file": path.name, "format": "onnx (cached conversion)", "status": shown, "path": str(path)}]
+
+
+def _int8(runtime: Runtime, spec: ModelSpec, problems: list[Problem]) -> list[dict[str, Any]]:
+    """The row of `spec`'s int8 graph, when `models quantize` made one, and its problem if it has one."""
+    from engine.models import int8
+
+    found = runtime.check_int8(spec)
+    if found is None:
+        return []
+    status, path = found
+    again = f"python launch.py models quantize {spec.id}"
+    if status == "tampered":
+        changed = "was changed after it was made (its sha256 no longer matches its record)"
+        problems.append(
+            Problem("models", "error", f"the int8 graph {path} of {spec.id} {changed}", f"delete {path}, then {again}")
+        )
+    elif status != "ok":
+        why = {"unrecorded": "has no record this installation signed (or one of an older quantiser)",
+               "stale": f"is not in {int8.FOLDER}/{int8.INDEX}, or was made from another file of the model than a "
+                        "job loads"}[status]  # fmt: skip
+        problems.append(Problem("models", "warning", f"the int8 graph {path} of {spec.id} {why}: a job at "
+                                "runtime.precision=int8 refuses it", again))  # fmt: skip
+    shown = {"ok": "present-verified"}.get(status, status)
+    return [{"file": path.name, "format": "onnx (int8)", "status": shown, "path": str(path)}]
 
 
 # -- the whole report -------------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ def test_a_conversion_is_recorded_and_signed_with_a_private_key(
     key = derived.key_path()
     assert key == tmp_path / "secret" / "integrity.key" and stat.S_IMODE(key.stat().st_mode) == 0o600
     code, out = _verify(capsys)
-    assert code == 0 and f"ok        {MODEL:<30} {graph}" in out
+    assert code == 0 and f"ok         {MODEL:<30} {graph}" in out
     files, problems = _doctor_models()
     assert {"file": graph.name, "format": "onnx (cached conversion)", "status": "present-verified",
             "path": str(graph)} in files and problems == []  # fmt: skip
@@ -89,7 +89,7 @@ def test_one_flipped_byte_is_refused_by_the_job_doctor_and_verify(
     assert code == 3 and err.count("\n") == 1 and f"{graph} has sha256" in err and "delete it" in err
     assert graph.read_bytes() == bytes(data)  # left for the user to inspect
     code, out = _verify(capsys)
-    assert code == 3 and f"mismatch  {MODEL:<30} {graph}" in out
+    assert code == 3 and f"mismatch   {MODEL:<30} {graph}" in out
     files, problems = _doctor_models()
     assert any(f["path"] == str(graph) and f["status"] == "tampered" for f in files)
     assert [p.severity for p in problems] == ["error"] and str(graph) in problems[0].message
@@ -127,7 +127,7 @@ def test_changed_weights_with_a_matching_record_are_rebuilt_not_used(
         monkeypatch.setenv("FACESTUDIO_INTEGRITY_KEY", str(tmp_path / "secret" / "integrity.key"))
 
     code, out = _verify(capsys)
-    assert code == 0 and f"rebuild   {MODEL:<30} {graph}" in out
+    assert code == 0 and f"rebuild    {MODEL:<30} {graph}" in out
     files, problems = _doctor_models()
     assert any(f["path"] == str(graph) and f["status"] == "unrecorded" for f in files)
     assert [p.severity for p in problems] == ["warning"]
@@ -150,4 +150,4 @@ def test_an_export_whose_record_was_not_signed_here_is_refused(
     code, err = _run(target, tmp_path / "o.png", capsys)
     assert code == 3 and str(export) in err and "export it again" in err
     code, out = _verify(capsys)
-    assert code == 3 and f"mismatch  {MODEL:<30} {export}" in out
+    assert code == 3 and f"mismatch   {MODEL:<30} {export}" in out

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tiny_graphs import write_manifest
 
 import cli
-from engine import media
+from engine import doctor, media
 from engine.errors import ChecksumMismatch, InvalidInput, ModelUnavailable
 from engine.job import RuntimeSettings
 from engine.models import derived, int8, quantize
@@ -160,6 +160,13 @@ def test_quantize_records_a_signed_graph_that_a_job_runs_within_the_gate(
     assert entry["model"] == MODEL and entry["calibration"]["sha256"] == calibration.sha256
     assert entry["gate"]["psnr_db"] == round(made.psnr_db, 2)
 
+    # `models verify` and `doctor` check it as the job does.
+    code, verified, _ = _verify(capsys)
+    assert code == 0 and f"ok         {MODEL:<30} {made.path}" in verified
+    files, problems = _doctor_int8()
+    assert files == [{"file": made.path.name, "format": "onnx (int8)", "status": "present-verified",
+                      "path": str(made.path)}] and problems == []  # fmt: skip
+
     code, err, out = _run(tmp_path, capsys, "int8")
     assert code == 0, err
     code, err, reference = _run(tmp_path, capsys, "fp32")
@@ -180,6 +187,12 @@ def test_a_tampered_int8_graph_is_refused(catalogue: Path, tmp_path: Path, capsy
     code, err, out = _run(tmp_path, capsys, "int8")
     assert code == 3 and len(err.strip().splitlines()) == 1 and "quantise again" in err
     assert made.path.is_file() and not out.exists()  # left for the user to inspect; no output
+    code, verified, err = _verify(capsys)
+    assert code == 3 and f"mismatch   {MODEL:<30} {made.path}" in verified and "do not match" in err
+    files, problems = _doctor_int8()
+    assert [f["status"] for f in files] == ["tampered"]
+    assert [(p.severity, str(made.path) in p.message) for p in problems] == [("error", True)]
+    assert problems[0].fix == f"delete {made.path}, then python launch.py models quantize {MODEL}"
 
 
 def test_a_record_signed_by_another_key_is_refused(
@@ -227,6 +240,43 @@ def test_a_graph_made_from_another_file_is_not_used(catalogue: Path) -> None:
     index.write_text(json.dumps(data))
     with pytest.raises(ModelUnavailable, match="made from another file"):
         Runtime(RuntimeSettings(device="cpu", precision="int8")).load(MODEL, "onnx")
+
+
+def test_verify_and_doctor_say_which_int8_graphs_a_job_would_refuse(
+    catalogue: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    made = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())
+    index = catalogue / int8.FOLDER / int8.INDEX
+    kept = index.read_text()
+    data = json.loads(kept)
+    data["graphs"][0]["source"] = "0" * 64  # made from another file of the model
+    index.write_text(json.dumps(data))
+    code, verified, err = _verify(capsys)
+    assert code == 0 and f"requantise {MODEL:<30} {made.path}" in verified
+    assert f"quantise it again with `python launch.py models quantize {MODEL}`" in err
+    files, problems = _doctor_int8()
+    assert [f["status"] for f in files] == ["stale"] and [p.severity for p in problems] == ["warning"]
+    assert "made from another file" in problems[0].message and "refuses it" in problems[0].message
+    # Signed by another installation's key: unrecorded, also refused by a job.
+    index.write_text(kept)
+    monkeypatch.setenv("FACESTUDIO_INTEGRITY_KEY", str(tmp_path / "other" / "integrity.key"))
+    files, problems = _doctor_int8()
+    assert [f["status"] for f in files] == ["unrecorded"] and [p.severity for p in problems] == ["warning"]
+    assert f"requantise {MODEL:<30} {made.path}" in _verify(capsys)[1]
+
+
+def _verify(capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli.main(["models", "verify", MODEL])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _doctor_int8() -> tuple[list[dict[str, object]], list[doctor.Problem]]:
+    """The doctor's rows of the model's int8 graph, and the problems it reports of it."""
+    rows, problems = doctor.check_models(Runtime(RuntimeSettings()), [])
+    files = [f for r in rows if r["id"] == MODEL for f in r["files"] if f["format"] == "onnx (int8)"]  # type: ignore[union-attr]
+    return files, [p for p in problems if "int8" in p.message]
 
 
 def test_quantize_command_prints_the_gate_and_a_non_face_model_is_refused(

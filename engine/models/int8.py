@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from engine.errors import ChecksumMismatch, InvalidInput, ModelUnavailable
 from engine.models import derived
@@ -96,8 +96,7 @@ def find(models: Path, spec: ModelSpec, source_key: str) -> Path:
         raise ModelUnavailable(
             f"the int8 graph of {spec.id} was made from another file of it than this job loads; {how_to_make(spec.id)}"
         )
-    calibration = str((entry.get("calibration") or {}).get("sha256", ""))
-    status, actual = derived.check(path, _signed_source(source_key, calibration), QUANTISER_VERSION)
+    status, actual = derived.check(path, _signed_source(source_key, _calibration_of(entry)), QUANTISER_VERSION)
     if status == "tampered":
         raise ChecksumMismatch(
             f"{path} has sha256 {actual[:12]}…, expected {derived.expected_sha256(path)[:12]}… (modified or corrupt "
@@ -110,3 +109,26 @@ def find(models: Path, spec: ModelSpec, source_key: str) -> Path:
             f"`python launch.py models quantize {spec.id}`"
         )
     return path
+
+
+Check = Literal["ok", "tampered", "unrecorded", "stale"]
+
+
+def check(models: Path, spec: ModelSpec, source_keys: Collection[str]) -> tuple[Check, Path] | None:
+    """What a job at runtime.precision=int8 would find of `spec`'s int8 graph in the models folder `models`, for
+    `doctor` and `models verify` (None: there is none): `ok` (used), `tampered` (its bytes no longer match its
+    record), `unrecorded` (no record this installation signed, or one of an older quantiser), `stale` (not in the
+    index, or made from a float32 graph other than those `source_keys` name). A job refuses all but `ok`."""
+    path = graph_path(models, spec.id)
+    if not path.is_file():
+        return None
+    entry = read_index(models).get(spec.id)
+    if entry is None or entry.get("source") not in source_keys:
+        return "stale", path
+    signed = _signed_source(str(entry["source"]), _calibration_of(entry))
+    return derived.check(path, signed, QUANTISER_VERSION)[0], path
+
+
+def _calibration_of(entry: Mapping[str, Any]) -> str:
+    """The sha256 of the calibration an index entry says its graph was calibrated on ("" when it says none)."""
+    return str((entry.get("calibration") or {}).get("sha256", ""))

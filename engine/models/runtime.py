@@ -345,6 +345,13 @@ class Runtime:
         target = self.conversion_path(spec, file)
         return derived.check(target, file.key, CONVERTER_VERSION)[0] if target.is_file() else None
 
+    def check_int8(self, spec: ModelSpec) -> tuple[int8.Check, Path] | None:
+        """What a job at runtime.precision=int8 would find of `spec`'s int8 graph (`int8.check`, against the
+        float32 graphs of each of its files; None: it has none). `doctor` and `models verify` report exactly this."""
+        if not int8.offered(spec):
+            return None
+        return int8.check(self.folders.models, spec, {self.graph_key(f) for f in spec.files})
+
     def _derived_onnx(self, spec: ModelSpec, file: FileSpec) -> Path:
         """The ONNX graph converted from `file` (already verified by `ensure`), from the cache when it holds one
         this installation made (`engine.models.derived`): a changed one is refused (ChecksumMismatch) and left for
