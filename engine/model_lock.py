@@ -1,12 +1,12 @@
 """The model lock: one piece of model work at a time in a process, with room for brief work during a long one.
 
 A job holds the lock for its whole run (one job at a time on the GPU, and the shared runtimes used from one
-thread at a time). Single-frame work — a preview, the faces of an uploaded photo, a people scan, starting a live
-stream — takes it with `brief()`. Between two batches a run calls `let_brief()`: the brief work waiting at that
-moment goes first, one piece at a time, then the run goes on. So a preview asked for during a run waits for one
-batch of it, not for the whole run, and a stream of previews cannot stall the run: brief work that arrives while
-others are let in waits for the next batch. Plain `acquire` (another job, a live stream's frames) waits for
-`release`, as with `threading.Lock`.
+thread at a time). Single-frame work — a preview, the faces of an uploaded photo, each sampled frame of a people
+scan, starting a live stream — takes it with `brief()`. Between two batches a run calls `let_brief()`: the brief
+work waiting at that moment goes first, one piece at a time, then the run goes on. So a preview asked for during a
+run waits for one batch of it, not for the whole run, and a stream of previews cannot stall the run: brief work
+that arrives while others are let in waits for the next batch. Plain `acquire` (another job, a live stream's
+frames) waits for `release`, as with `threading.Lock`.
 
 The run's own helper threads (face detection ahead of the batch, identity QA, the encoder) go on while brief work
 runs: they use the face analyser, which serialises its own calls, and never the processors' models.

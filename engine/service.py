@@ -17,6 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -27,7 +28,7 @@ from engine import pipeline
 from engine.catalogue import Catalogue
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
-from engine.faces.people import Scan
+from engine.faces.people import Scan, TakeTurn
 from engine.faces.stage import build_analyser, scan_target
 from engine.job import FacesSettings, Job, Preset, RuntimeSettings
 from engine.model_lock import ModelLock
@@ -349,15 +350,21 @@ class Service:
         settings: FacesSettings,
         runtime: RuntimeSettings | None = None,
         downloads: ProgressFactory | None = None,
+        turn: TakeTurn = nullcontext,
     ) -> Scan:
         """The people of `target` as `faces scan` finds them (`engine.faces.people.scan`), kept per runtime: the
         previews and runs of these runtime settings (default: the default ones) number people from the same scan.
-        Refused over `max_pixels` like a run. `downloads`: progress of an analyser's model download."""
+        Refused over `max_pixels` like a run. `downloads`: progress of an analyser's model download. `turn`: what
+        the model work runs in, piece by piece (the analyser's loading, then each sample): `model_lock.brief`
+        from a front end that shares the process, so a scan during a run goes between its batches sample by
+        sample; the default, nothing, when the caller holds the lock or has the process to itself."""
         runtime_settings = runtime or RuntimeSettings()
         info = video.probe(target)
         _check_pixels(target, info.width, info.height, runtime_settings.max_pixels)
-        warm = self._runtime_for_models(runtime_settings, downloads)
-        return scan_target(settings, warm, build_analyser(settings, warm), Path(target))
+        with turn():
+            warm = self._runtime_for_models(runtime_settings, downloads)
+            analyser = build_analyser(settings, warm)
+        return scan_target(settings, warm, analyser, Path(target), turn)
 
     # -- models -------------------------------------------------------------------------------------------------
     def manifest(self) -> Manifest:

@@ -1,12 +1,12 @@
 """The model lock: brief work (a preview, a face search) gets in between a run's batches, not after the run; plain
 holders (another job, a live stream's frames) wait for the release; brief work cannot stall the run; misuse is an
-error, not a deadlock. The studio's preview during a run is tested at the end."""
+error, not a deadlock. The studio's preview and a people scan during a run are tested at the end."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -135,9 +135,9 @@ def test_free_lock_timeouts_and_misuse() -> None:
 
 
 class _Asking:
-    """A run's progress that, on the first frame done, asks the studio for a preview from another thread and waits
-    until that preview waits for the model lock (`frames_when_previewed`: how far the run was when the preview's
-    render started, which `test_…` records)."""
+    """A run's progress that, on the first frame done, asks the studio for something (a preview, a people scan)
+    from another thread and waits until that waits for the model lock; `answer` is what it got, `done` the frames
+    the run has done."""
 
     def __init__(self, ask: Callable[[], object], lock: ModelLock) -> None:
         self.ask, self.lock, self.done = ask, lock, 0
@@ -153,11 +153,11 @@ class _Asking:
             return
         self.done += n
         if self.thread is None:
-            self.thread = _thread(self._preview)
+            self.thread = _thread(self._ask)
             _until(lambda: self.lock.brief_waiting == 1)
 
-    def _preview(self) -> None:
-        self.preview = self.ask()
+    def _ask(self) -> None:
+        self.answer = self.ask()
 
     def close(self) -> None:
         pass
@@ -184,12 +184,45 @@ def test_a_preview_during_a_run_comes_after_one_batch_not_after_the_run(
     assert asking.thread is not None
     asking.thread.join(10)
     assert asking.frames_when_previewed == 1  # the run waited at its first batch's end, for the preview alone
-    assert len(asking.preview.rendered.chosen) == 1
+    assert len(asking.answer.rendered.chosen) == 1
     # The page says why this preview was slow to come.
-    assert asking.preview.turn.behind_job
-    waited = _waited(replace(asking.preview, turn=Turn(0.42, True)))
+    assert asking.answer.turn.behind_job
+    waited = _waited(replace(asking.answer, turn=Turn(0.42, True)))
     assert waited == "; waited 0.4 s for a running job to finish its batch"
-    assert _waited(replace(asking.preview, turn=Turn(0.3, False))) == "; waited 0.3 s for another preview"
-    assert _waited(replace(asking.preview, turn=Turn(0.05, True))) == ""
+    assert _waited(replace(asking.answer, turn=Turn(0.3, False))) == "; waited 0.3 s for another preview"
+    assert _waited(replace(asking.answer, turn=Turn(0.05, True))) == ""
     assert report.frames == 8 and report.faces_processed == 8
     assert video.probe(Path(report.output)).frame_count == 8
+
+
+def test_a_people_scan_during_a_run_goes_between_its_batches_sample_by_sample(tmp_path: Path) -> None:
+    from contextlib import contextmanager
+
+    from engine.job import FacesSettings, RuntimeSettings
+
+    clip = demo.make_clip(tmp_path / "clip.mp4", 160, 90, 8)
+    other = demo.make_clip(tmp_path / "other.mp4", 160, 90, 12)
+    studio = Studio(work_dir=tmp_path / "work")
+    session = studio.session(owner_from({COOKIE: "a" * 64}, None))
+    raw = {"processors": ["face_swapper"], "runtime": {"batch": 1}}
+    lock = studio.service.model_lock
+    frames_at_turns: list[int] = []
+
+    @contextmanager
+    def recorded() -> Iterator[object]:
+        with lock.brief() as turn:
+            frames_at_turns.append(asking.done)  # how far the run is while the scan holds the lock
+            yield turn
+
+    every = 12 / 24 / 4  # four samples of the 12-frame, 24 fps clip
+    settings = FacesSettings(scan_every=every)
+    asking = _Asking(lambda: studio.service.people(other, settings, RuntimeSettings(batch=1), turn=recorded), lock)
+    report, _ = studio.run_for(session, raw, str(clip), [str(demo.source_photo())], asking)  # type: ignore[arg-type]
+    assert asking.thread is not None
+    asking.thread.join(30)
+    found = asking.answer
+    assert len(found.sampled) == 4 and [p.number for p in found.people] == [0]
+    # The analyser's loading, the scan cache and each sample took a turn of their own: the run went on between.
+    assert len(frames_at_turns) == 2 + 4 and frames_at_turns[0] == 1
+    assert frames_at_turns == sorted(frames_at_turns) and frames_at_turns[-1] > frames_at_turns[0]
+    assert report.frames == 8

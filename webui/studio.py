@@ -380,9 +380,9 @@ class Studio:
     def people_of(
         self, session: Session, target: str, faces: FacesSettings, runtime: RuntimeSettings
     ) -> tuple[Scan, list[str]]:
-        """The people of the target (`Service.people`) and a picture of each, as files the session may fetch."""
-        with self.service.model_lock.brief():
-            found = self.service.people(Path(target), faces, runtime)
+        """The people of the target (`Service.people`) and a picture of each, as files the session may fetch. The
+        scan takes the model sample by sample (brief turns), so a scan during a run goes between its batches."""
+        found = self.service.people(Path(target), faces, runtime, turn=self.service.model_lock.brief)
         folder = session.folder / "people"
         pictures = [
             self.share(session, write_jpeg(folder / f"person-{p.number}-{p.thumbnail_hash}.jpg", p.thumbnail))

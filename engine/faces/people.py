@@ -21,7 +21,8 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,9 +153,15 @@ class Scan:
         return np.ascontiguousarray(np.concatenate(row[:-1], axis=1))
 
 
-def scan(analyser: FaceAnalyser, target: Path, every: float = 1.0) -> Scan:
+# What model work runs in: a context taken around each piece of it (nothing, or a brief turn of the model lock).
+TakeTurn = Callable[[], AbstractContextManager[object]]
+
+
+def scan(analyser: FaceAnalyser, target: Path, every: float = 1.0, turn: TakeTurn = nullcontext) -> Scan:
     """Find the people of `target` (an image, or a video sampled every `every` seconds from its first frame, at
-    most MAX_SAMPLES frames): detect and embed the faces of each sampled frame and group them into people.
+    most MAX_SAMPLES frames): detect and embed the faces of each sampled frame and group them into people. Each
+    sample's detection and embedding run in a `turn()` of their own (the studio's: a brief turn of the model lock,
+    so a scan during a run goes between its batches sample by sample); decoding and grouping run outside it.
 
     Grouping: each sample's faces are matched to the people found so far by one optimal assignment of embedding
     distances (two faces of one frame are never one person), a face farther than the threshold from everyone
@@ -168,9 +175,11 @@ def scan(analyser: FaceAnalyser, target: Path, every: float = 1.0) -> Scan:
     sampled: list[int] = []
     for number, (index, seconds, frame) in enumerate(_samples(Path(target), info, every)):
         sampled.append(index)
-        faces = analyser.detect(frame)
-        if faces:
-            _assign(analyser, groups, number, index, seconds, frame, analyser.embed(frame, faces))
+        with turn():
+            faces = analyser.detect(frame)
+            embedded = analyser.embed(frame, faces) if faces else []
+        if embedded:
+            _assign(analyser, groups, number, index, seconds, frame, embedded)
     people = _number(_merged(analyser, groups), analyser.recogniser)
     log.debug("scan of %s: %d people on %d sampled frames", target, len(people), len(sampled))
     return Scan(tuple(people), info.frame_count, tuple(sampled), analyser.recogniser, analyser.threshold)

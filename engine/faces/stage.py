@@ -8,6 +8,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from engine import metrics
 from engine.errors import InvalidInput
 from engine.faces import FaceAnalyser
 from engine.faces.boxes import area
-from engine.faces.people import Gallery, Scan, ScanCache, check_mapping, scan, scan_key
+from engine.faces.people import Gallery, Scan, ScanCache, TakeTurn, check_mapping, scan, scan_key
 from engine.faces.select import order_faces, select, source_identity
 from engine.faces.tracking import FaceTracker
 from engine.job import FacesSettings
@@ -318,12 +319,16 @@ def _covered(face: Face, other: Face) -> bool:
     return inter > HIDDEN * max(area(face.box), 1e-6)
 
 
-def scan_target(settings: FacesSettings, runtime: Runtime, analyser: FaceAnalyser, target: Path) -> Scan:
+def scan_target(
+    settings: FacesSettings, runtime: Runtime, analyser: FaceAnalyser, target: Path, turn: TakeTurn = nullcontext
+) -> Scan:
     """The people of `target` as `faces scan` finds them with these settings (kept per process: a run, its
-    previews and the studio's people panel share one scan)."""
-    cache = runtime.warm(("faces_scans",), ScanCache)
+    previews and the studio's people panel share one scan). `turn`: what the runtime's and the analyser's use runs
+    in (see `people.scan`); the default, nothing, is for a caller that holds the model lock."""
+    with turn():
+        cache = runtime.warm(("faces_scans",), ScanCache)
     key = scan_key(target, settings.analyser, settings.detector, settings.scan_every)
-    return cache.get(key, lambda: scan(analyser, target, settings.scan_every))
+    return cache.get(key, lambda: scan(analyser, target, settings.scan_every, turn))
 
 
 def _cast(settings: FacesSettings, analyser: FaceAnalyser, sources: Sequence[Path]) -> dict[int, SourceIdentity]:
