@@ -108,8 +108,7 @@ class FrameRenderer:
                     detected = ctx.faces
                 else:
                     stage = self.faces.stage
-                    detected = stage.label_people(frame, stage.analyser.detect(frame))
-                if not track:
+                    detected = stage.label_people(frame, stage.analyser.detect(frame), ctx.faces)
                     self._found[index] = (ctx, detected)
                     while len(self._found) > _FRAMES_KEPT:
                         self._found.pop(next(iter(self._found)))

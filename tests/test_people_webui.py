@@ -80,8 +80,12 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     # The faces on the preview and under it are labelled with their people's numbers, as in the panel.
     assert sorted(caption for _, caption in gallery) == ["P0", "P1"]
     raw, sources = page.people.apply(session, page.settings.raw_from(values), target, [])
-    shown = studio.preview(session, raw, target, sources, 0).rendered.detected
+    rendered = studio.preview(session, raw, target, sources, 0).rendered
+    shown = rendered.detected
     assert sorted((f.box[0] >= 512, f.person) for f in shown) == [(False, 0), (True, 1)]
+    # The mapped face was embedded once, by the face stage: its label reuses that embedding.
+    (mapped,) = rendered.chosen
+    assert next(f for f in shown if f.box == mapped.box).embedding is mapped.embedding
     before, after = (video.read_image(Path(p))[0] for p in compare["value"])
     image = pair["image"]
     # The preview is a JPEG: the target through the same encoder is what an untouched half looks like (its

@@ -237,11 +237,16 @@ class FaceStage:
         while held:
             yield self._emit(*held.popleft())
 
-    def label_people(self, frame: Frame, faces: Sequence[Face]) -> tuple[Face, ...]:
-        """`faces` of `frame` with the person each one is (`Gallery.nearest`; embedded first where they have no
-        embedding) when this stage groups faces into people, else as given: what a preview labels them with."""
+    def label_people(self, frame: Frame, faces: Sequence[Face], known: Sequence[Face] = ()) -> tuple[Face, ...]:
+        """`faces` of `frame` with the person each one is (`Gallery.nearest`) when this stage groups faces into
+        people, else as given: what a preview labels them with. A face without an embedding takes that of the face
+        of `known` (faces this stage already embedded on the frame) with the same box, else is embedded now."""
         if self.gallery is None or not faces:
             return tuple(faces)
+        boxes = {f.box: f.embedding for f in known if f.embedding is not None}
+        faces = [
+            f if f.embedding is not None or f.box not in boxes else replace(f, embedding=boxes[f.box]) for f in faces
+        ]
         embedded = iter(self.analyser.embed(frame, [f for f in faces if f.embedding is None]))
         faces = [f if f.embedding is not None else next(embedded) for f in faces]
         numbers = self.gallery.nearest([f.embedding for f in faces])
