@@ -88,15 +88,14 @@ def record(models: Path, model_id: str, graph: Path, source_key: str, entry: Map
 def find(models: Path, spec: ModelSpec, source_key: str) -> Path:
     """The verified int8 graph of `spec` made from the float32 graph with content key `source_key`; raises
     ModelUnavailable (none, or made from another file) or ChecksumMismatch (see the module docstring)."""
-    entry = read_index(models).get(spec.id)
-    path = graph_path(models, spec.id)
-    if entry is None or not path.is_file():
+    found = _examine(models, spec, {source_key})
+    if found is None or found[0] == "unindexed":
         raise ModelUnavailable(f"runtime.precision=int8 needs a quantised graph of {spec.id}: {how_to_make(spec.id)}")
-    if entry.get("source") != source_key:
+    status, path, actual = found
+    if status == "stale":
         raise ModelUnavailable(
             f"the int8 graph of {spec.id} was made from another file of it than this job loads; {how_to_make(spec.id)}"
         )
-    status, actual = derived.check(path, _signed_source(source_key, _calibration_of(entry)), QUANTISER_VERSION)
     if status == "tampered":
         raise ChecksumMismatch(
             f"{path} has sha256 {actual[:12]}…, expected {derived.expected_sha256(path)[:12]}… (modified or corrupt "
@@ -119,14 +118,30 @@ def check(models: Path, spec: ModelSpec, source_keys: Collection[str]) -> tuple[
     `doctor` and `models verify` (None: there is none): `ok` (used), `tampered` (its bytes no longer match its
     record), `unrecorded` (no record this installation signed, or one of an older quantiser), `stale` (not in the
     index, or made from a float32 graph other than those `source_keys` name). A job refuses all but `ok`."""
+    found = _examine(models, spec, source_keys)
+    if found is None:
+        return None
+    status, path, _ = found
+    return ("stale" if status == "unindexed" else status), path
+
+
+def _examine(
+    models: Path, spec: ModelSpec, source_keys: Collection[str]
+) -> tuple[Check | Literal["unindexed"], Path, str] | None:
+    """(status, path, the graph's sha256 when it was hashed) of `spec`'s int8 graph, None when there is no graph:
+    `check`'s statuses, with `unindexed` (not in the index) told apart from `stale`."""
     path = graph_path(models, spec.id)
     if not path.is_file():
         return None
     entry = read_index(models).get(spec.id)
-    if entry is None or entry.get("source") not in source_keys:
-        return "stale", path
-    signed = _signed_source(str(entry["source"]), _calibration_of(entry))
-    return derived.check(path, signed, QUANTISER_VERSION)[0], path
+    if entry is None:
+        return "unindexed", path, ""
+    if entry.get("source") not in source_keys:
+        return "stale", path, ""
+    status, actual = derived.check(
+        path, _signed_source(str(entry["source"]), _calibration_of(entry)), QUANTISER_VERSION
+    )
+    return status, path, actual
 
 
 def _calibration_of(entry: Mapping[str, Any]) -> str:
