@@ -465,29 +465,28 @@ class Page:
         previewing = [self.target, self.sources, self.frame_index, self.face_paths, self.debug_preview, self.values]
         preview_out = [self.compare, self.frame_faces, self.face_paths, self.preview_status, self.live.status]
         self.previewing, self.preview_out = previewing, preview_out
-        # Previews skip Gradio's queue: its join-and-stream round trip cost 25–30 ms of every preview
-        # (benchmarks/ui.py), and the service's model lock already lets one render at a time through.
-        previews: dict[str, Any] = {"queue": False}
+        # Previews skip Gradio's queue, as every short event here does: its join-and-stream round trip cost 25–30 ms
+        # of every preview (benchmarks/ui.py), and the service's model lock already lets one render at a time through.
         self.people.wire()
 
         self.target.change(
             self.on_target, [self.target], [self.frame_index, self.target_image, self.target_video, self.target_info],
             queue=False,
-        ).then(self.on_preview, previewing, preview_out, **previews)  # fmt: skip
+        ).then(self.on_preview, previewing, preview_out, queue=False)  # fmt: skip
         self.sources.change(
-            self.on_sources, [self.sources, self.values], [self.source_gallery, self.source_status], **previews
-        ).then(self.on_preview, previewing, preview_out, **previews)  # fmt: skip
+            self.on_sources, [self.sources, self.values], [self.source_gallery, self.source_status], queue=False
+        ).then(self.on_preview, previewing, preview_out, queue=False)  # fmt: skip
         # A change sends only its cell's widgets (see cells.Values). On `input`, not `change`: the handlers below
         # that set widgets would otherwise start a preview per widget they set.
         for positions in self.settings.cells().values():
             widgets = [settings[p] for p in positions]
             gr.on(
                 [w.input for w in widgets], self._hearing(positions), [*previewing, *widgets], preview_out,
-                trigger_mode="always_last", show_progress="minimal", **previews,
+                trigger_mode="always_last", show_progress="minimal", queue=False,
             )  # fmt: skip
         gr.on(
             [self.frame_index.release, self.preview_btn.click, self.debug_preview.change], self.on_preview, previewing,
-            preview_out, trigger_mode="always_last", show_progress="minimal", **previews,
+            preview_out, trigger_mode="always_last", show_progress="minimal", queue=False,
         )  # fmt: skip
         self.written(
             self.frame_faces.select(
