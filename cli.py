@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine import consent
-from engine.errors import ConsentRequired, FacestudioError, InvalidJob
-from engine.job import Job, Preset, RuntimeSettings, apply_overrides, load_preset_raw, preset_schema
+from engine.core import consent
+from engine.core.errors import ConsentRequired, FacestudioError, InvalidJob
+from engine.core.progress import for_terminal
+from engine.job.processor import FrameProcessor
+from engine.job.settings import Job, Preset, RuntimeSettings, apply_overrides, load_preset_raw, preset_schema
 from engine.models.manifest import EXPORTS_FILE
-from engine.processor import FrameProcessor
-from engine.progress import for_terminal
 
 if TYPE_CHECKING:
     from engine.models import fetch
@@ -302,7 +302,7 @@ def require_consent(yes: bool) -> None:
 def job_from_args(args: argparse.Namespace) -> Job:
     """Build the Job exactly as documented: preset (or --job sidecar), then --processors, --set, flags, paths."""
     if args.job is not None:
-        from engine.sidecar import load_sidecar_job
+        from engine.run.sidecar import load_sidecar_job
 
         raw: dict[str, Any] = load_sidecar_job(args.job)
     else:
@@ -351,7 +351,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.demo:
         if args.target or args.job:
             raise UsageError("--demo makes its own target; drop --target/--job")
-        from engine import demo
+        from engine.media import demo
 
         args.target = DEMO_DIR / "astronaut.mp4"
         if args.output is None:
@@ -374,7 +374,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         renderer = None
         if args.cluster is not None:
-            from engine import cluster
+            from engine.serve import cluster
 
             # Connected before any model loads: a wrong address or a missing Ray fails at once.
             stack.enter_context(cluster.connect(args.cluster, args.workers))
@@ -463,8 +463,8 @@ def cmd_faces(args: argparse.Namespace) -> int:
 
 # -- models ---------------------------------------------------------------------------------------------------
 def service() -> Any:
-    """The engine's front-end API (engine/service.py) for this process's registry."""
-    from engine.service import Service
+    """The engine's front-end API (engine/serve/service.py) for this process's registry."""
+    from engine.serve.service import Service
 
     return Service(registry())
 
@@ -589,7 +589,7 @@ def _models_quantize(model_id: str, calibration: Path | None, *, offline: bool) 
 
 # -- benchmark ------------------------------------------------------------------------------------------------
 def cmd_benchmark(args: argparse.Namespace) -> int:
-    from engine import benchmark
+    from engine.tools import benchmark
     from processors import build_chain
 
     raw = load_preset_raw(args.preset) if args.preset else {}
@@ -659,7 +659,7 @@ def cmd_live(args: argparse.Namespace) -> int:
     from engine.live import devices
     from engine.live.local import run_camera
     from engine.live.record import Recorder
-    from engine.service import LIVE_OUTPUT, LIVE_TARGET, Service
+    from engine.serve.service import LIVE_OUTPUT, LIVE_TARGET, Service
 
     if args.sink is not None and not args.sink.startswith("frames:"):
         raise UsageError(f"--sink takes frames:FOLDER, got {args.sink!r}")
@@ -728,7 +728,7 @@ def _live_figures(figures: Any) -> None:
 
 # -- presets --------------------------------------------------------------------------------------------------
 def cmd_presets(args: argparse.Namespace) -> int:
-    from engine.job import PRESETS_DIR
+    from engine.job.settings import PRESETS_DIR
 
     if args.action == "schema":
         print(json.dumps(preset_schema(registry()), indent=2))
@@ -756,8 +756,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
 def settings_help(groups: Sequence[str] = ()) -> str:
     """Every setting of the chosen groups (default: all) as `group.name  values; default; applies when …`, read
     from the same declarations as the UI's widgets and the preset schema."""
-    from engine.job import SETTINGS_GROUPS
-    from engine.options import describe
+    from engine.core.options import describe
+    from engine.job.settings import SETTINGS_GROUPS
 
     models: dict[str, Any] = {**{pid: cls.Options for pid, cls in registry().items()}, **SETTINGS_GROUPS}
     unknown = [g for g in groups if g not in models]
@@ -787,7 +787,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Report on this machine, each problem with its fix; exit 0 when no problem is an error (warnings may remain),
     2 when one is: something stops the default job, or a model file does not match its sha256."""
-    from engine import doctor
+    from engine.tools import doctor
 
     known = []
     try:

@@ -2,7 +2,7 @@
 
     python benchmarks/face_chain.py [--resolution 720p 1080p] [--frames 30] [--set faces.qa_every=1] [--json F]
 
-Runs `launch.py benchmark --processors face_swapper` (engine/benchmark.py: the whole run through the pipeline,
+Runs `launch.py benchmark --processors face_swapper` (engine/tools/benchmark.py: the whole run through the pipeline,
 then each stage alone on the same frames) with a timer around the functions each stage is made of, and prints,
 per frame of the stage-alone pass: decode and encode (p50, the benchmark's own stages); in the face stage,
 detection (full or, where the tracked faces are large, coarse: on a downscaled copy), refit (the tracker's landmark
@@ -30,9 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import benchmark  # noqa: E402
 from engine.faces import colour, embedded, landmark_swap, qa  # noqa: E402
-from engine.job import apply_overrides  # noqa: E402
+from engine.job.settings import apply_overrides  # noqa: E402
+from engine.tools import benchmark  # noqa: E402
 from processors import REGISTRY, build_chain, face_swapper  # noqa: E402
 
 

@@ -26,12 +26,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import demo  # noqa: E402
-from engine.faces.stage import build_analyser  # noqa: E402
-from engine.job import FacesSettings, RuntimeSettings  # noqa: E402
+from engine.job.processor import FrameContext  # noqa: E402
+from engine.job.settings import FacesSettings, RuntimeSettings  # noqa: E402
+from engine.media import demo  # noqa: E402
 from engine.models.manifest import MANIFEST_PATH  # noqa: E402
 from engine.models.runtime import Runtime  # noqa: E402
-from engine.processor import FrameContext  # noqa: E402
+from engine.run.face_stage import build_analyser  # noqa: E402
 from processors.face_enhancer import FaceEnhancer, FaceEnhancerOptions  # noqa: E402
 
 MODELS = ("real_esrgan_face", "gfpgan_1_4", "codeformer", "restoreformer")

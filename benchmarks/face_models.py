@@ -32,14 +32,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 import tiny_graphs  # noqa: E402
 from test_buffalo_inswapper import tiny_arcface  # noqa: E402
 
-from engine import audio, demo  # noqa: E402
 from engine.faces.embedded import EmbeddedAnalyser  # noqa: E402
-from engine.faces.stage import SourceFace, SourceIdentity  # noqa: E402
-from engine.job import RuntimeSettings  # noqa: E402
+from engine.job.processor import FrameContext  # noqa: E402
+from engine.job.settings import RuntimeSettings  # noqa: E402
+from engine.media import demo, speech  # noqa: E402
 from engine.models import fetch, signature  # noqa: E402
 from engine.models.manifest import Manifest  # noqa: E402
 from engine.models.runtime import Folders, Runtime  # noqa: E402
-from engine.processor import FrameContext  # noqa: E402
+from engine.run.face_stage import SourceFace, SourceIdentity  # noqa: E402
 
 
 def median_ms(call: Callable[[], object], repeats: int) -> float:
@@ -89,14 +89,14 @@ def main() -> None:
             ms = median_ms(lambda swapper=swapper: swapper.process([frame], [ctx]), args.repeats)
             print(f"  face_swapper {model_id} at {boost} px: {ms:.1f}")
         lips = LipSyncer(LipSyncerOptions(backend="onnx"), runtime)
-        lips._mel = audio.spectrogram(audio.prepare(np.random.default_rng(0).normal(size=(48000, 2)) * 3000))
+        lips._mel = speech.spectrogram(speech.prepare(np.random.default_rng(0).normal(size=(48000, 2)) * 3000))
         print(f"  lip_syncer wav2lip_gan_96: {median_ms(lambda: lips.process([frame], [ctx]), args.repeats):.1f}")
         restorer = ExpressionRestorer(ExpressionRestorerOptions(backend="onnx"), runtime)
         print(
             f"  expression_restorer (3 graphs): {median_ms(lambda: restorer.process([frame], [ctx]), args.repeats):.1f}"
         )
-        speech = (np.random.default_rng(1).normal(size=(48000 * 60, 2)) * 3000).astype(np.int16)
-        ms = median_ms(lambda: audio.spectrogram(audio.prepare(speech)), 3)
+        voice = (np.random.default_rng(1).normal(size=(48000 * 60, 2)) * 3000).astype(np.int16)
+        ms = median_ms(lambda: speech.spectrogram(speech.prepare(voice)), 3)
         print(f"mel spectrogram of 60 s at 48 kHz stereo: {ms:.0f} ms")
         big = root / "big.onnx"
         weights = numpy_helper.from_array(np.zeros((100, 1024, 1024), np.float32), "w")  # 400 MiB of weights

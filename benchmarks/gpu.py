@@ -35,10 +35,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import benchmark  # noqa: E402
 from engine.backends import Device  # noqa: E402
 from engine.backends.onnx import OnnxSession  # noqa: E402
 from engine.backends.torch import CHANNELS_LAST_ARCHS, TorchSession, export_onnx  # noqa: E402
+from engine.tools import benchmark  # noqa: E402
 from processors import REGISTRY, build_chain  # noqa: E402
 
 

@@ -41,11 +41,11 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from engine import demo  # noqa: E402
-from engine.job import load_preset_raw  # noqa: E402
+from engine.job.settings import load_preset_raw  # noqa: E402
 from engine.live import testcard  # noqa: E402
 from engine.live.faces import track_live  # noqa: E402
-from engine.service import Service  # noqa: E402
+from engine.media import demo  # noqa: E402
+from engine.serve.service import Service  # noqa: E402
 from processors import REGISTRY  # noqa: E402
 from webui.app import Studio, UISettings, launch  # noqa: E402
 

@@ -31,7 +31,7 @@ import peoplekit  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import cli  # noqa: E402
-from engine import demo  # noqa: E402
+from engine.media import demo  # noqa: E402
 
 
 def timed(args: list[str]) -> tuple[float, float, str]:

@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import demo  # noqa: E402
+from engine.media import demo  # noqa: E402
 
 PRESETS = ("", json.dumps({"processors": ["frame_enhancer"], "frame_enhancer": {"scale": 2}}))
 # Seconds the server may take to start answering (imports gradio and torch on a slow 2-core box).

@@ -35,8 +35,8 @@ import cv2
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import demo  # noqa: E402
 from engine import media as video  # noqa: E402
+from engine.media import demo  # noqa: E402
 from webui.app import Studio, UISettings, launch  # noqa: E402
 from webui.studio import write_jpeg  # noqa: E402  (the encoder of the studio's previews)
 

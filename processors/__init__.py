@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from importlib.metadata import entry_points
 from types import MappingProxyType
 
-from engine.job import Job
+from engine.job.processor import FrameProcessor
+from engine.job.settings import Job
 from engine.models.runtime import Runtime
-from engine.processor import FrameProcessor
 from processors.expression_restorer import ExpressionRestorer
 from processors.face_debugger import FaceDebugger
 from processors.face_enhancer import FaceEnhancer

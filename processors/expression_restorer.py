@@ -28,14 +28,14 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import Field
 
-from engine.errors import InvalidJob
+from engine.core.errors import InvalidJob
+from engine.core.options import Shown
+from engine.core.types import Face, Frame
 from engine.faces.align import estimate_affine, paste_back, warp_face
 from engine.faces.masks import box_mask
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_tensor, to_tensor
-from engine.options import Shown
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Face, Frame
 
 FEATURES, MOTION, GENERATOR = (
     "live_portrait_feature_extractor",

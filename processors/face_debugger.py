@@ -19,12 +19,12 @@ import cv2
 import numpy as np
 from pydantic import BeforeValidator, Field
 
+from engine.core.options import Shown
+from engine.core.types import Face, Frame, Mask
 from engine.faces.masker import listed
-from engine.faces.stage import build_analyser
+from engine.job.processor import BoundJob, FrameContext, FrameProcessor, ProcessorOptions
 from engine.models.runtime import Runtime
-from engine.options import Shown
-from engine.processor import BoundJob, FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Face, Frame, Mask
+from engine.run.face_stage import build_analyser
 from processors.face_enhancer import FaceEnhancer
 from processors.face_swapper import FaceSwapper
 

@@ -15,14 +15,14 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from engine.core.options import Shown
+from engine.core.types import Face, Frame, Mask
 from engine.faces import masker
 from engine.faces.align import estimate_affine, transform_points, warp_face
 from engine.faces.masker import Masker, MaskKinds, Regions
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.models.executor import Executor, Frames, Images, executor_for
 from engine.models.runtime import LoadedModel, Runtime
-from engine.options import Shown
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Face, Frame, Mask
 
 EMBEDDED = "real_esrgan_face"
 # The aligned crop the embedded model restores: 128 px in, ×4 out = 512 px on the ffhq_512 template.

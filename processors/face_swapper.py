@@ -17,7 +17,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import Field, field_validator, model_validator
 
-from engine.errors import InvalidJob
+from engine.core.errors import InvalidJob
+from engine.core.options import Shown
+from engine.core.types import Face, Frame, Mask
 from engine.faces import colour, masker, swapper
 from engine.faces.align import estimate_affine, transform_points, warp_face
 from engine.faces.landmark_swap import LandmarkSwapOptions
@@ -25,13 +27,11 @@ from engine.faces.landmark_swap import face_size as landmark_face_size
 from engine.faces.landmark_swap import swap as landmark_swap
 from engine.faces.masker import Masker, MaskKinds, Regions
 from engine.faces.masks import landmark_mask
-from engine.faces.stage import SourceIdentity
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.models.executor import executor_for
 from engine.models.manifest import Manifest, ModelSpec
 from engine.models.runtime import LoadedModel, Runtime
-from engine.options import Shown
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Face, Frame, Mask
+from engine.run.face_stage import SourceIdentity
 
 LANDMARK_WARP = "landmark_warp"
 # landmark_warp's occlusion and region masks are made on this crop of the target face: the whole head.

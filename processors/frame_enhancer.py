@@ -12,14 +12,14 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
-from engine.errors import InvalidJob, OutOfMemory
-from engine.memory import available_memory
+from engine.backends.memory import available_memory
+from engine.core.errors import InvalidJob, OutOfMemory
+from engine.core.options import Shown
+from engine.core.types import Frame
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.models.executor import executor_for
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
-from engine.options import Shown
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Frame
 
 log = logging.getLogger(__name__)
 

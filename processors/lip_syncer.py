@@ -3,7 +3,7 @@
 Per face (MODELS.md §11; FaceFusion 3.8.1 lip_syncer/core.py L183-288): the face is cut on `ffhq_512` at 512 px;
 the box of its 68 landmarks in that crop is warped to the model's 96×96 input (no padding, aspect not kept); the
 model gets that crop with its lower half blanked beside the whole crop (BGR/255, 6 channels) and the mel window
-of the frame's time (engine/audio.py); its 96 px mouth goes back through the inverse warps and is pasted under
+of the frame's time (engine/media/speech.py); its 96 px mouth goes back through the inverse warps and is pasted under
 a feathered lower-face mask (the hull of the jaw from landmark 3 to 13 and the nostrils, 31–35). Frames and
 audio are matched by the frame's presentation time, not its index, so trimmed, resampled or variable-rate
 targets stay in sync. Non-commercial weights.
@@ -19,15 +19,15 @@ import cv2
 import numpy as np
 from pydantic import Field, field_validator
 
-from engine import audio
-from engine.errors import InvalidJob
+from engine.core.errors import InvalidJob
+from engine.core.options import Shown
+from engine.core.types import Face, Frame, Mask
 from engine.faces.align import estimate_affine, paste_back, transform_points, warp_face
+from engine.job.processor import BoundJob, FrameContext, FrameProcessor, ProcessorOptions
+from engine.media import speech
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_tensor, to_tensor
-from engine.options import Shown
-from engine.processor import BoundJob, FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Face, Frame, Mask
 
 if TYPE_CHECKING:
     pass
@@ -79,7 +79,7 @@ class LipSyncer(FrameProcessor[LipSyncerOptions]):
         super().__init__(options, runtime)
         self.loaded: LoadedModel = runtime.load(options.model, options.backend)
         self.audio_path: Path | None = options.audio
-        self._mel: audio.Mel | None = None
+        self._mel: speech.Mel | None = None
 
     def bind_job(self, job: BoundJob) -> None:
         if self.audio_path is None:
@@ -96,12 +96,12 @@ class LipSyncer(FrameProcessor[LipSyncerOptions]):
             "options": self.options.model_dump(mode="json"),
         }
 
-    def mel(self) -> audio.Mel:
+    def mel(self) -> speech.Mel:
         """The audio's mel spectrogram, decoded on first use (once per job)."""
         if self._mel is None:
             if self.audio_path is None:
                 raise InvalidJob("lip_syncer has no audio: set lip_syncer.audio=FILE")
-            self._mel = audio.load(self.audio_path)
+            self._mel = speech.load(self.audio_path)
         return self._mel
 
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
@@ -112,7 +112,7 @@ class LipSyncer(FrameProcessor[LipSyncerOptions]):
                 continue
             if ctx.time is None:
                 raise InvalidJob("lip_syncer needs a video target: an image has no time to take the audio at")
-            source = audio.window(self.mel(), ctx.time)
+            source = speech.window(self.mel(), ctx.time)
             for face in ctx.faces:
                 out[i] = self._sync(out[i], face, source)
         return out

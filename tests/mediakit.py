@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import media
-from engine.errors import FacestudioError
+from engine.core.errors import FacestudioError
 from engine.media import FrameReader, FrameTimes, MediaInfo, Span
 
 W, H = 64, 48

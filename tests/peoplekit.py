@@ -12,8 +12,9 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from engine import demo, media
-from engine.types import Frame
+from engine import media
+from engine.core.types import Frame
+from engine.media import demo
 
 WIDTH, HEIGHT, FPS, COUNT = 480, 240, 25, 100  # 4 s at a common video rate
 PATCH = 150  # px, the side of each portrait's square crop

@@ -19,7 +19,7 @@ from engine.backends.onnx import (
     tensorrt_cache_dir,
     tensorrt_cache_key,
 )
-from engine.errors import BackendUnavailable
+from engine.core.errors import BackendUnavailable
 
 
 def test_device_parse() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import cli
-from engine.benchmark import RESULT_KEYS, STAGE_KEYS
+from engine.tools.benchmark import RESULT_KEYS, STAGE_KEYS
 
 
 def test_frame_enhancer_benchmark_writes_schema_table_and_plot(tmp_path: Path, capsys) -> None:

@@ -17,13 +17,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from engine.backends import Session
-from engine.errors import InvalidInput, ModelUnavailable
+from engine.core.errors import InvalidInput, ModelUnavailable
+from engine.core.types import Face
 from engine.faces.buffalo import BuffaloAnalyser, anchor_centres, letterbox
 from engine.faces.swapper import emap_from_onnx, latent, swap
-from engine.job import RuntimeSettings
+from engine.job.settings import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, Runtime
-from engine.types import Face
 
 OPSET = 11  # what the InsightFace graphs use; onnx2torch and ONNX Runtime both support it
 # SCRFD's output names in graph order: scores, box distances, keypoints, each for strides 8, 16, 32.

@@ -13,9 +13,9 @@ import pytest
 from conftest import audio_seconds, live_children
 
 import cli
-from engine import demo
 from engine import media as video
-from engine.errors import ConsentRequired
+from engine.core.errors import ConsentRequired
+from engine.media import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -196,7 +196,7 @@ def test_consent_is_required_without_a_terminal(clip: Path, tmp_path: Path) -> N
 
 
 def test_consent_prompt_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine import consent
+    from engine.core import consent
 
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
     monkeypatch.setattr("builtins.input", lambda _: "no")
@@ -211,7 +211,7 @@ def test_consent_prompt_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_changed_notice_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine import consent
+    from engine.core import consent
 
     consent.acknowledge()
     assert consent.is_acknowledged()

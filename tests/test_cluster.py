@@ -18,10 +18,11 @@ from conftest import audio_seconds
 from test_resume import CHAIN, make_clip, read_frames
 
 import cli
-from engine import cluster, pipeline, segments, sidecar
 from engine import media as video
-from engine.errors import Cancelled, InvalidInput
-from engine.render import render_missing
+from engine.core.errors import Cancelled, InvalidInput
+from engine.run import pipeline, segments, sidecar
+from engine.run.render import render_missing
+from engine.serve import cluster
 
 FRAMES, SEGMENT = 45, 15
 ARGS = [*CHAIN, "--set", f"video.segment_frames={SEGMENT}", "--set", "video.preset=ultrafast", "--yes"]

@@ -28,9 +28,10 @@ from mediakit import VFR_SETPTS, beep_time, flash_and_beep, flash_time, seconds
 from PIL import Image
 
 import cli
-from engine import demo, jobdir, pipeline, segmented
 from engine import media as video
-from engine.types import Frame
+from engine.core.types import Frame
+from engine.media import demo
+from engine.run import jobdir, pipeline, segmented
 
 pytest_plugins = ["mediafixtures"]
 
@@ -477,7 +478,7 @@ def _output_taken(d: Path) -> Setup:
     output = d / "out" / "out.mp4"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
-         "from engine.outputs import OutputClaim; OutputClaim.claim(Path(sys.argv[2]), False); print(flush=True); "
+         "from engine.run.outputs import OutputClaim; OutputClaim.claim(Path(sys.argv[2]), False); print(flush=True); "
          "time.sleep(120)", str(ROOT), str(output)],
         stdout=subprocess.PIPE,
     )  # fmt: skip

@@ -16,10 +16,10 @@ import yaml
 from fastapi import FastAPI
 
 import cli
-from engine.health import Readiness
-from engine.metrics import PROCESS_METRICS
+from engine.core.metrics import PROCESS_METRICS
 from engine.models import derived
 from engine.models.runtime import Folders
+from engine.serve.health import Readiness
 from processors import REGISTRY
 from webui import server
 from webui.app import Studio, api_jobs

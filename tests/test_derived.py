@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 import cli
-from engine import doctor, media
-from engine.job import RuntimeSettings
+from engine import media
+from engine.job.settings import RuntimeSettings
 from engine.models import derived
 from engine.models.runtime import Runtime
+from engine.tools import doctor
 
 MODEL = "realesr_animevideov3"  # the default upscaler: embedded ncnn files, converted to ONNX on first use
 RUN = ["--processors", "frame_enhancer", "--set", "frame_enhancer.scale=2", "--backend", "onnx", "--yes"]

@@ -14,19 +14,19 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from engine import demo
 from engine.backends import Device, device
 from engine.backends.device import DeviceExecutor, denormalise, normalise
 from engine.backends.onnx import OnnxSession
 from engine.backends.torch import TorchSession
 from engine.faces.align import estimate_affine, footprint, paste_back, warp_face
 from engine.faces.embedded import EmbeddedAnalyser
-from engine.job import RuntimeSettings
+from engine.job.processor import FrameContext
+from engine.job.settings import RuntimeSettings
+from engine.media import demo
 from engine.models.executor import HOST, executor_for
 from engine.models.manifest import IOSpec
 from engine.models.runtime import Runtime
 from engine.models.tensor import from_tensor, input_transform, output_transform, run_images, to_tensor
-from engine.processor import FrameContext
 from processors.face_enhancer import FaceEnhancer, FaceEnhancerOptions
 
 CONVENTIONS = [

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 import cli
-from engine import doctor, ffmpeg_commands
-from engine.job import RuntimeSettings
+from engine.job.settings import RuntimeSettings
+from engine.media import commands
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, Runtime
+from engine.tools import doctor
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,7 +153,7 @@ def test_a_check_that_breaks_is_reported_not_raised(
 
     monkeypatch.setattr(doctor, "check_torch", broken)
     monkeypatch.setattr(doctor, "check_models", lambda runtime, needed: ([], []))
-    with caplog.at_level(logging.DEBUG, logger="engine.doctor"):
+    with caplog.at_level(logging.DEBUG, logger="engine.tools.doctor"):
         report = doctor.collect([])
     # --debug shows the traceback the one-line problem leaves out.
     (record,) = [r for r in caplog.records if r.getMessage() == "the torch check failed"]
@@ -196,7 +197,7 @@ def test_cuda_libraries_are_found_on_the_library_path_with_their_versions(
 
 
 def test_encoder_test_command() -> None:
-    assert ffmpeg_commands.encoder_test_args("ffmpeg", "h264_nvenc") == [
+    assert commands.encoder_test_args("ffmpeg", "h264_nvenc") == [
         "ffmpeg", "-nostdin", "-hide_banner", "-v", "error", "-f", "lavfi", "-i", "color=c=black:s=256x256:r=25",
         "-frames:v", "1", "-c:v", "h264_nvenc", "-f", "null", "-",
     ]  # fmt: skip

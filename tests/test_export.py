@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import cli
-from engine import demo
 from engine import media as video
+from engine.media import demo
 
 
 def models_folder() -> Path:

@@ -18,13 +18,13 @@ from scipy.spatial.transform import Rotation
 from test_face_swapper_models import FPS, FRAMES, read_frames, two_faces, write_clip
 
 import cli
-from engine import demo
 from engine import media as video
-from engine.job import RuntimeSettings
+from engine.core.types import Face
+from engine.job.processor import FrameContext
+from engine.job.settings import RuntimeSettings
+from engine.media import demo
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
-from engine.processor import FrameContext
-from engine.types import Face
 from processors.expression_restorer import ExpressionRestorer, ExpressionRestorerOptions
 
 PARTS = ("live_portrait_feature_extractor", "live_portrait_motion_extractor", "live_portrait_generator")

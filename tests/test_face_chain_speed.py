@@ -11,10 +11,10 @@ import cv2
 import numpy as np
 import pytest
 
-from engine import demo
+from engine.core.types import Face, Frame
 from engine.faces import colour
 from engine.faces.qa import IdentityQA
-from engine.types import Face, Frame
+from engine.media import demo
 
 
 def _whole_frame_reinhard(source: Frame, target: Frame, weights: np.ndarray) -> Frame:

@@ -11,11 +11,11 @@ import cv2
 import numpy as np
 import pytest
 
-from engine import demo
+from engine.core.types import Face, Frame
 from engine.faces import colour, landmark_swap, warp
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.faces.tracking import COARSE_FACE_PX, FULL_EVERY, NEWCOMER, FaceTracker
-from engine.types import Face, Frame
+from engine.media import demo
 
 
 @pytest.fixture(scope="module")

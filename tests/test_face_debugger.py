@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import cli
-from engine import demo
 from engine import media as video
+from engine.core.types import Face, Frame
 from engine.faces.embedded import EmbeddedAnalyser
-from engine.faces.stage import load_sources
-from engine.job import Job
+from engine.job.processor import FrameContext
+from engine.job.settings import Job
+from engine.media import demo
 from engine.models.runtime import Runtime
-from engine.processor import FrameContext
-from engine.types import Face, Frame
+from engine.run.face_stage import load_sources
 from processors import REGISTRY, build_chain
 from processors.face_debugger import LANDMARKS5, PALETTE, UNNUMBERED, FaceDebugger, line_width
 

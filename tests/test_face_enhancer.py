@@ -19,11 +19,11 @@ from spandrel.architectures.RestoreFormer import RestoreFormer
 from spandrel_extra_arches.architectures.CodeFormer import CodeFormer
 
 import cli
-from engine import demo
 from engine import media as video
 from engine.faces.align import estimate_affine, warp_face
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.faces.masks import crop_mask
+from engine.media import demo
 from engine.models.manifest import MANIFEST_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +130,7 @@ def test_gfpgan_placed_file_loads_without_a_download_and_backends_agree(
     assert np.abs(outs["torch"] - outs["onnx"]).max() <= 1
 
     # The model outputs themselves, on the crop the processor aligns, agree to 1e-3.
-    from engine.job import RuntimeSettings
+    from engine.job.settings import RuntimeSettings
     from engine.models.runtime import Runtime
     from engine.models.tensor import to_tensor
 

@@ -17,11 +17,11 @@ from test_swapper_conventions import ARCFACE_128, FFHQ_512, Spy, assert_on_templ
 
 import cli
 from engine import media as video
-from engine.job import RuntimeSettings
+from engine.core.types import Face
+from engine.job.processor import FrameContext
+from engine.job.settings import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, LoadedModel, Runtime
-from engine.processor import FrameContext
-from engine.types import Face
 from processors.face_enhancer import FaceEnhancer, FaceEnhancerOptions
 
 MODELS = {"gpen_bfr_256": 256, "gpen_bfr_512": 512, "gpen_bfr_1024": 1024, "gpen_bfr_2048": 2048, "codeformer": 512}

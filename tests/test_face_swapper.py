@@ -11,15 +11,15 @@ import pytest
 from PIL import Image
 
 import cli
-from engine import demo
 from engine import media as video
+from engine.core.types import Face, Frame
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.faces.landmark_swap import OUTLINE
-from engine.faces.stage import FaceStage
 from engine.faces.tracking import FaceTracker
 from engine.faces.warp import extend_with_forehead
-from engine.job import FacesSettings
-from engine.types import Face, Frame
+from engine.job.settings import FacesSettings
+from engine.media import demo
+from engine.run.face_stage import FaceStage
 
 
 @pytest.fixture(scope="module")

@@ -25,16 +25,16 @@ import pytest
 from test_buffalo_inswapper import CountingSession, tiny_arcface, tiny_inswapper
 
 import cli
-from engine import demo
 from engine import media as video
+from engine.core.types import Face
 from engine.faces import swapper
 from engine.faces.align import estimate_affine, warp_face
 from engine.faces.embedded import EmbeddedAnalyser
-from engine.job import RuntimeSettings
+from engine.job.settings import RuntimeSettings
+from engine.media import demo
 from engine.models.manifest import MANIFEST_PATH
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import to_tensor
-from engine.types import Face
 
 SWAPPER, RECOGNISER = "inswapper_128", "buffalo_l_w600k_r50"
 

@@ -23,8 +23,9 @@ import tiny_graphs
 from test_buffalo_inswapper import CountingSession, tiny_arcface
 
 import cli
-from engine import demo, metrics
 from engine import media as video
+from engine.core import metrics
+from engine.media import demo
 from engine.models.manifest import IOSpec, Manifest
 from engine.models.runtime import LoadedModel, Runtime
 

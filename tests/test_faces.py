@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import skimage.data
 
-from engine.errors import ModelUnavailable, NoFaceInSource
+from engine.core.errors import ModelUnavailable, NoFaceInSource
+from engine.core.types import Face
 from engine.faces import align, colour, masks
 from engine.faces.embedded import EmbeddedAnalyser, landmarks5
 from engine.faces.select import order_faces, select, source_identity
-from engine.types import Face
 
 # --- shared inputs (module-scoped: dlib models load once, each photo is analysed once) -------------------------
 

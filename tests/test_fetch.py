@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import Item, Server
 
-from engine.errors import ChecksumMismatch, ModelUnavailable
+from engine.core.errors import ChecksumMismatch, ModelUnavailable
 from engine.models.fetch import Downloadable, ensure, fetch, sha256_file, verify
 
 PAYLOAD_SIZE = 300_000

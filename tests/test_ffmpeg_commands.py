@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import ffmpeg_commands as cmd
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
+from engine.media import commands as cmd
 
 FF = "/opt/ff/ffmpeg"
 PROBE = "/opt/ff/ffprobe"

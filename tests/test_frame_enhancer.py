@@ -6,10 +6,10 @@ import cv2
 import numpy as np
 import pytest
 
-from engine import demo
-from engine.job import RuntimeSettings
+from engine.job.processor import FrameContext
+from engine.job.settings import RuntimeSettings
+from engine.media import demo
 from engine.models.runtime import Runtime
-from engine.processor import FrameContext
 from processors.frame_enhancer import FrameEnhancer, FrameEnhancerOptions
 
 

@@ -95,9 +95,9 @@ def test_the_engine_imports_neither_the_ui_nor_the_processors_but_for_ray_worker
     outward = {
         (name, dep) for name in engine for dep in _imports(name, modules[name], modules) if not dep.startswith("engine")
     }
-    # The one exception: a Ray worker (engine.cluster) builds the job's chain from the registry itself, since only
+    # The one exception: a Ray worker (engine.serve.cluster) builds the job's chain from the registry itself, since only
     # the raw job travels to it.
-    assert outward == {("engine.cluster", "processors")}
+    assert outward == {("engine.serve.cluster", "processors")}
     sources = (path.read_text(encoding="utf-8") for name, path in modules.items() if name in engine)
     assert not any("import webui" in text or "from webui" in text for text in sources)
 
@@ -106,7 +106,7 @@ def test_the_front_ends_reach_the_engine_through_its_service() -> None:
     """The UI calls the engine service and the settings it presents, not the model, face and runtime internals the
     service hides (the runtime, the fetcher, the catalogue's files, the face stage and analysers)."""
     modules = _modules()
-    internals = ("engine.models.runtime", "engine.models.fetch", "engine.models.manifest", "engine.faces.stage",
+    internals = ("engine.models.runtime", "engine.models.fetch", "engine.models.manifest", "engine.run.face_stage",
                  "engine.faces.buffalo", "engine.faces.embedded")  # fmt: skip
     reaching = {
         (name, dep)
@@ -116,3 +116,53 @@ def test_the_front_ends_reach_the_engine_through_its_service() -> None:
         if dep.startswith(internals)
     }
     assert reaching == set()
+
+
+# The engine's floors, lowest first: a module imports from its own floor or the ones below, never from above.
+# docs/ARCHITECTURE.md §1 draws the same plan (test_the_architecture_lists_the_engine_s_packages below).
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("engine.core",),
+    ("engine.backends", "engine.models", "engine.media", "engine.faces"),
+    ("engine.job",),
+    ("engine.provenance",),
+    ("engine.run",),
+    ("engine.serve",),
+    ("engine.live",),
+    ("engine.tools",),
+)
+
+
+def _floor(module: str) -> int | None:
+    for level, packages in enumerate(FLOORS):
+        if any(module == p or module.startswith(f"{p}.") for p in packages):
+            return level
+    return None
+
+
+def test_the_engine_has_no_loose_module_and_every_package_has_a_floor() -> None:
+    modules = _modules()
+    engine = sorted(name for name in modules if name.startswith("engine.") and name != "engine")
+    assert [name for name in engine if name.count(".") == 1 and not modules[name].name == "__init__.py"] == []
+    assert [name for name in engine if _floor(name) is None] == []
+
+
+def test_the_engine_s_imports_go_down_its_floors() -> None:
+    modules = _modules()
+    upward = sorted(
+        (name, dep)
+        for name in modules
+        if name.startswith("engine.")
+        for dep in _imports(name, modules[name], modules)
+        if dep.startswith("engine.") and (_floor(dep) or 0) > (_floor(name) or 0)
+    )
+    assert upward == []
+
+
+def test_the_architecture_lists_the_engine_s_packages() -> None:
+    """ARCHITECTURE.md's floor plan names every package of engine/, in the floors' order, and nothing else."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    plan = text.split("<!-- floors -->")[1].split("<!-- /floors -->")[0]
+    listed = [line.split()[0].rstrip("/") for line in plan.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+    tree = sorted(p.name for p in (ROOT / "engine").iterdir() if (p / "__init__.py").exists())
+    assert sorted(listed) == tree
+    assert listed == [p.removeprefix("engine.") for floor in FLOORS for p in floor]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import InvalidJob
-from engine.job import Job, Preset, apply_overrides, load_preset_raw, parse_value, preset_schema
+from engine.core.errors import InvalidJob
+from engine.job.settings import Job, Preset, apply_overrides, load_preset_raw, parse_value, preset_schema
 from processors import REGISTRY, build_registry
 from processors.frame_enhancer import FrameEnhancer, FrameEnhancerOptions
 

@@ -15,11 +15,11 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from engine import demo
 from engine import media as video
-from engine.health import Readiness
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Frame
+from engine.core.types import Frame
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.media import demo
+from engine.serve.health import Readiness
 from processors import REGISTRY, build_registry
 from tests.test_webui import Invert
 from webui import server

@@ -18,9 +18,9 @@ import tiny_graphs
 from test_face_swapper_models import two_faces, write_clip
 
 import cli
-from engine import audio
 from engine import media as video
 from engine.faces.embedded import EmbeddedAnalyser
+from engine.media import speech
 from engine.models.manifest import Manifest
 
 FPS, SECONDS = 10, 2.0
@@ -161,7 +161,7 @@ def test_missing_audio_and_still_images_are_typed_errors(
 
 def test_mel_features_as_the_facts_give_them() -> None:
     # 80 triangular filters on the 401 bins of an 800-point FFT, from 55 Hz to 7600 Hz (HTK mel).
-    bank = audio.mel_filters()
+    bank = speech.mel_filters()
     assert bank.shape == (80, 401) and bank.max() <= 1.0
     mel = lambda f: 2595 * np.log10(1 + f / 700)  # noqa: E731
     edges = 700 * (10 ** (np.linspace(mel(55), mel(7600), 82) / 2595) - 1)
@@ -171,19 +171,19 @@ def test_mel_features_as_the_facts_give_them() -> None:
     # A 16 kHz tone of 1 kHz peaks in the filters around 1 kHz; columns advance 80 per second.
     rate = 16_000
     t = np.arange(rate) / rate
-    spec = audio.spectrogram(audio.prepare(np.sin(2 * np.pi * 1000 * t)[:, None], rate=rate))
+    spec = speech.spectrogram(speech.prepare(np.sin(2 * np.pi * 1000 * t)[:, None], rate=rate))
     assert spec.shape == (80, 81)
     peak = int(spec[:, 40].argmax())
     assert edges[peak] <= 1000 <= edges[peak + 2]
     # The window at t: 16 columns from floor(80·t), log10(max(x, 1e-5))·1.6 + 3.2 clipped to [−4, 4]; silence −4.
-    w = audio.window(spec, 0.5)
+    w = speech.window(spec, 0.5)
     assert w.shape == (1, 1, 80, 16) and w.dtype == np.float32
     expected = np.clip(np.log10(np.maximum(spec[:, 40:56], 1e-5)) * 1.6 + 3.2, -4, 4)
     np.testing.assert_allclose(w[0, 0], expected, rtol=1e-6)
-    assert (audio.window(spec, 5.0) == -4).all() and (audio.window(spec, 0.96)[0, 0, :, 11:] == -4).all()
+    assert (speech.window(spec, 5.0) == -4).all() and (speech.window(spec, 0.96)[0, 0, :, 11:] == -4).all()
     # 48 kHz stereo → 16 kHz mono (resampled, channels averaged, peak 1, pre-emphasis y[n] = x[n] − 0.97·x[n−1]).
     stereo = np.stack([np.full(4800, 1000), np.full(4800, 3000)], axis=1).astype(np.int16)
-    mono = audio.prepare(stereo)
+    mono = speech.prepare(stereo)
     assert len(mono) == 1600 and mono[0] == pytest.approx(1.0) and mono[800] == pytest.approx(0.03, abs=1e-6)
 
 
@@ -204,9 +204,9 @@ def test_offline_exits_3_naming_file_url_licence_and_folder(
 def test_the_wav2lip_tensor_follows_the_facts(media: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """MODELS.md §11: the mouth box (the 68 landmarks' bounds in the ffhq_512 crop) at 96×96, BGR/255: channels 0–2
     the box with rows 48–95 zeroed, 3–5 the whole box; `source` the 1×1×80×16 mel window; the output read as BGR."""
-    from engine.job import RuntimeSettings
+    from engine.job.processor import FrameContext
+    from engine.job.settings import RuntimeSettings
     from engine.models.runtime import LoadedModel, Runtime
-    from engine.processor import FrameContext
     from processors.lip_syncer import LipSyncer, LipSyncerOptions
 
     monkeypatch.setenv("FACESTUDIO_MANIFEST", str(media["manifest"]))

@@ -1,4 +1,4 @@
-"""Live mode, engine side (engine/live, engine/service.py's live renderers) and `launch.py live`: newest-wins
+"""Live mode, engine side (engine/live, engine/serve/service.py's live renderers) and `launch.py live`: newest-wins
 dropping, the model lock shared fairly, camera-sized detection, recordings tagged synthetic with their sidecar,
 and a video file played as the camera into the test sink."""
 
@@ -18,20 +18,20 @@ import numpy as np
 import pytest
 
 import cli
-from engine import demo
 from engine import media as video
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
+from engine.core.types import Face
 from engine.faces.embedded import EmbeddedAnalyser
-from engine.job import Job
+from engine.job.settings import Job
 from engine.live import testcard
 from engine.live.devices import FileCamera, FolderSink, VirtualCameraSink, open_camera
 from engine.live.faces import BackgroundDetector, CameraDetector, track_live
 from engine.live.local import run_camera
 from engine.live.loop import Captured, LatestFrame, LiveLoop, Processed, SinkThread
 from engine.live.record import Recorder
+from engine.media import demo
 from engine.provenance import verify
-from engine.service import LIVE_OUTPUT, LIVE_TARGET, Rendered, Service
-from engine.types import Face
+from engine.serve.service import LIVE_OUTPUT, LIVE_TARGET, Rendered, Service
 from processors import REGISTRY
 from tests.conftest import audio_seconds
 

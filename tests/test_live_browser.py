@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine import demo
 from engine import media as video
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.live import testcard
+from engine.media import demo
 from tests.test_live import swapped_towards_source
 from webui.app import Studio, UISettings, launch
 

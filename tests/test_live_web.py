@@ -28,8 +28,8 @@ from av import AudioFrame, VideoFrame
 from fastapi import FastAPI
 
 from engine import media as video
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.live import testcard
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from processors import REGISTRY
 from tests.conftest import audio_seconds
 from webui.live_rtc import PLAYOUT_DELAY, LiveHub, MarkerJitterBuffer, ZeroPlayoutDelay, _play_at_once, routes

@@ -16,17 +16,17 @@ import tiny_graphs
 from onnx import helper, numpy_helper
 from test_buffalo_inswapper import CountingSession
 
-from engine import demo
-from engine.errors import InvalidJob
+from engine.core.errors import InvalidJob
+from engine.core.types import Frame
 from engine.faces import masker
 from engine.faces.align import estimate_affine
 from engine.faces.embedded import EmbeddedAnalyser
-from engine.faces.stage import load_sources
-from engine.job import RuntimeSettings
+from engine.job.processor import FrameContext
+from engine.job.settings import RuntimeSettings
+from engine.media import demo
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
-from engine.processor import FrameContext
-from engine.types import Frame
+from engine.run.face_stage import load_sources
 from processors.face_swapper import LANDMARK_MASK_SIZE, LANDMARK_MASK_TEMPLATE, FaceSwapper
 
 # What each graph marks, in its own input's pixels (x1, y1, x2, y2): the occluder a block over the left cheek and

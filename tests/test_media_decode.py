@@ -14,7 +14,7 @@ from mediakit import H, W, ffmpeg, flash_and_beep, read_all, seconds, single_lin
 from PIL import Image
 
 from engine import media
-from engine.errors import TruncatedInput
+from engine.core.errors import TruncatedInput
 from engine.media import FrameReader, MediaInfo, probe, select
 
 pytest_plugins = ["mediafixtures"]

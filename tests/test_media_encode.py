@@ -11,7 +11,7 @@ from conftest import ffmpeg_children
 from mediakit import H, W, audio_seconds, ffmpeg, gradient, pattern, rate, read_all, seconds, sine, x264
 
 from engine import media
-from engine.errors import DiskFull, InvalidInput, MediaError
+from engine.core.errors import DiskFull, InvalidInput, MediaError
 from engine.media import FrameTimes, FrameWriter, audio_for, encode, probe, select
 
 pytest_plugins = ["mediafixtures"]

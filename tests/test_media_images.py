@@ -11,7 +11,7 @@ from mediakit import H, W, quadrants
 from PIL import Image
 
 from engine import media
-from engine.errors import DiskFull, InvalidInput
+from engine.core.errors import DiskFull, InvalidInput
 from engine.media import probe
 from engine.media.images import size_limit
 

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from mediakit import H, W, beep_time, ffmpeg, flash_and_beep, flash_time, rate, read_all, seconds
 
-from engine import demo, media, segments
-from engine.errors import DiskFull
-from engine.ffmpeg_commands import INTERMEDIATE_ENCODER
-from engine.media import FrameWriter, MediaInfo, Span, audio_for, join_segments, probe, select
+from engine import media
+from engine.core.errors import DiskFull
+from engine.media import FrameWriter, MediaInfo, Span, audio_for, demo, join_segments, probe, select
+from engine.media.commands import INTERMEDIATE_ENCODER
+from engine.run import segments
 
 pytest_plugins = ["mediafixtures"]
 

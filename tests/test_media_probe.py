@@ -11,7 +11,7 @@ from mediakit import H, W, ffmpeg, flash_and_beep, quadrants, seconds, sine, sin
 from PIL import Image
 
 from engine import media
-from engine.errors import InvalidInput, TruncatedInput
+from engine.core.errors import InvalidInput, TruncatedInput
 from engine.media import MediaInfo, probe
 
 pytest_plugins = ["mediafixtures"]

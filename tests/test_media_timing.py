@@ -10,7 +10,7 @@ import pytest
 from mediakit import H, W, quadrants, single_line_error
 from PIL import Image
 
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
 from engine.media import FrameTimes, MediaInfo, Span, audio_for, output_rate, probe, select
 from engine.media.timing import Packet, Run, frame_timing
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine import media
-from engine.errors import DiskFull, InvalidInput, MediaError
+from engine.core.errors import DiskFull, InvalidInput, MediaError
 from engine.media.children import first_error, write_errno, write_error
 
 

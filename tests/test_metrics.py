@@ -15,10 +15,11 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import demo, metrics
 from engine.backends import Device
-from engine.health import Readiness
+from engine.core import metrics
+from engine.media import demo
 from engine.models.manifest import MANIFEST_PATH, Manifest
+from engine.serve.health import Readiness
 from processors import REGISTRY
 from webui import server
 from webui.app import Studio, UISettings, api_jobs, launch

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import demo
 from engine import media as video
-from engine.model_lock import ModelLock, Turn
+from engine.media import demo
+from engine.serve.model_lock import ModelLock, Turn
 from webui.app import Studio
 from webui.page import _waited
 from webui.privacy import COOKIE, owner_from
@@ -198,7 +198,7 @@ def test_a_preview_during_a_run_comes_after_one_batch_not_after_the_run(
 def test_a_people_scan_during_a_run_goes_between_its_batches_sample_by_sample(tmp_path: Path) -> None:
     from contextlib import contextmanager
 
-    from engine.job import FacesSettings, RuntimeSettings
+    from engine.job.settings import FacesSettings, RuntimeSettings
 
     clip = demo.make_clip(tmp_path / "clip.mp4", 160, 90, 8)
     other = demo.make_clip(tmp_path / "other.mp4", 160, 90, 12)

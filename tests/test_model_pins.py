@@ -15,8 +15,8 @@ from onnx import TensorProto, helper
 from test_buffalo_inswapper import tiny_arcface
 
 import cli
-from engine.errors import ChecksumMismatch, ModelSignatureMismatch, ModelUnavailable
-from engine.job import RuntimeSettings
+from engine.core.errors import ChecksumMismatch, ModelSignatureMismatch, ModelUnavailable
+from engine.job.settings import RuntimeSettings
 from engine.models import signature
 from engine.models.manifest import TRUSTED_FILE, IOSpec, Manifest, TensorSpec
 from engine.models.runtime import Folders, Runtime
@@ -168,8 +168,8 @@ def test_trust_first_records_the_hash_and_pins_the_file_from_then_on(
     assert not models.exists() or not any(models.iterdir())
     # A run is refused the same way (exit 3), naming file, URL, licence and folder.
     target = tmp_path / "t.png"
-    from engine import demo
     from engine import media as video
+    from engine.media import demo
 
     video.write_image(target, demo.photo())
     run = ["run", "--source", str(demo.source_photo()), "--target", str(target), "--output", str(tmp_path / "o.png"),
@@ -296,7 +296,7 @@ def test_a_downloaded_graph_whose_entry_declares_nothing_is_not_run(tmp_path: Pa
 def test_a_swapper_entry_that_cannot_run_is_refused_when_the_catalogue_loads(
     change: tuple[str, str], message: str, tmp_path: Path
 ) -> None:
-    from engine.errors import InvalidInput
+    from engine.core.errors import InvalidInput
     from engine.models.manifest import MANIFEST_PATH
 
     text = MANIFEST_PATH.read_text()

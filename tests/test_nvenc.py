@@ -13,10 +13,11 @@ import imageio_ffmpeg
 import pytest
 
 import cli
-from engine import demo, doctor, media
-from engine import ffmpeg_commands as cmd
-from engine.errors import BackendUnavailable, InvalidInput
-from engine.media import decode, encode, tools
+from engine import media
+from engine.core.errors import BackendUnavailable, InvalidInput
+from engine.media import commands as cmd
+from engine.media import decode, demo, encode, tools
+from engine.tools import doctor
 
 TIMING = cmd.VideoTiming("30/1", "1/30", "N")
 COLOUR = ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]

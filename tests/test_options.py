@@ -1,4 +1,4 @@
-"""Option metadata declared once beside each field (engine/options.py), read alike by every front end."""
+"""Option metadata declared once beside each field (engine/core/options.py), read alike by every front end."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from cli import main, settings_help
-from engine.job import Preset, RuntimeSettings, preset_schema
-from engine.options import OptionView, Shown, describe, ignored, view
+from engine.core.options import OptionView, Shown, describe, ignored, view
+from engine.job.settings import Preset, RuntimeSettings, preset_schema
 from processors import REGISTRY
 
 

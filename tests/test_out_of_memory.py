@@ -9,14 +9,14 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from engine import demo
 from engine.backends.onnx import is_out_of_memory
-from engine.chain import BatchLimit, process_batch
-from engine.errors import OutOfMemory
-from engine.job import RuntimeSettings
+from engine.core.errors import OutOfMemory
+from engine.core.types import Frame
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.job.settings import RuntimeSettings
+from engine.media import demo
 from engine.models.runtime import Runtime
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Frame
+from engine.run.chain import BatchLimit, process_batch
 from processors.frame_enhancer import FrameEnhancer, FrameEnhancerOptions
 
 

@@ -1,4 +1,4 @@
-"""engine/outputs.py: one writer per output (the race of two runs), delivery that never replaces a file unasked,
+"""engine/run/outputs.py: one writer per output (the race of two runs), delivery that never replaces a file unasked,
 and nothing left behind; and a job that stopped on a full disk finishing with --resume."""
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from conftest import ROOT
 from mediakit import ffmpeg, seconds
 
 import cli
-from engine import jobdir, media, pipeline
-from engine.errors import DiskFull, InvalidInput
-from engine.job import Job
+from engine import media
+from engine.core.errors import DiskFull, InvalidInput
+from engine.core.types import Frame
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.job.settings import Job
 from engine.models.runtime import Runtime
-from engine.outputs import OutputClaim, check_names
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.segments import Segment
-from engine.types import Frame
+from engine.run import jobdir, pipeline
+from engine.run.outputs import OutputClaim, check_names
+from engine.run.segments import Segment
 
 pytest_plugins = ["mediafixtures"]
 

@@ -16,14 +16,15 @@ import pytest
 from PIL import Image
 
 import cli
-from engine import demo, media
-from engine.chain import process_batch
-from engine.errors import InvalidInput
+from engine import media
+from engine.core.errors import InvalidInput
 from engine.faces.embedded import EmbeddedAnalyser
-from engine.faces.stage import FaceStage
-from engine.job import FacesSettings, Job, Preset, RuntimeSettings
+from engine.job.settings import FacesSettings, Job, Preset, RuntimeSettings
+from engine.media import demo
 from engine.models.runtime import Runtime
-from engine.render import Faces
+from engine.run.chain import process_batch
+from engine.run.face_stage import FaceStage
+from engine.run.render import Faces
 from processors import REGISTRY, build_chain
 
 OWN = {"astronaut": "hopper", "hopper": "astronaut"}  # whose photo each person of the clip gets
@@ -273,8 +274,8 @@ def test_nearest_names_each_face_of_a_frame_at_most_once_and_no_one_beyond_the_t
 def test_a_face_known_as_a_person_is_labelled_with_that_person_on_the_preview() -> None:
     import cv2
 
+    from engine.core.types import Face
     from engine.faces.crops import draw_numbers, face_label
-    from engine.types import Face
 
     points = np.zeros((5, 2), np.float32)
     faces = [Face((40.0, 150.0, 140.0, 250.0), points, 0.9), Face((240.0, 150.0, 340.0, 250.0), points, 0.9, person=12)]

@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 from test_webui_browser import ARTIFACTS, CHROMIUM, FLAGS, open_page
 
-from engine import demo
 from engine import media as video
+from engine.media import demo
 from webui.app import Studio, UISettings, launch
 from webui.studio import write_jpeg
 

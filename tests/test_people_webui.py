@@ -11,10 +11,10 @@ import cv2
 import numpy as np
 import pytest
 
-from engine import demo
 from engine import media as video
-from engine.errors import InvalidInput
-from engine.job import Preset
+from engine.core.errors import InvalidInput
+from engine.job.settings import Preset
+from engine.media import demo
 from processors.face_debugger import PALETTE
 from webui.app import Studio
 from webui.cells import Values

@@ -6,7 +6,7 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator
 
-from engine import workers
+from engine.run import workers
 
 
 def _frames_then_stall(stop: threading.Event) -> Iterator[int]:

@@ -29,14 +29,15 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from PIL import Image
 
 import cli
-from engine import demo, pipeline
 from engine import media as video
-from engine.errors import InvalidInput
-from engine.job import Job
+from engine.core.errors import InvalidInput
+from engine.core.types import Frame
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.job.settings import Job
+from engine.media import demo
 from engine.models.runtime import Runtime
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.provenance import credentials, keys, verify
-from engine.types import Frame
+from engine.run import pipeline
 
 TRAINED = "http://cv.iptc.org/newscodes/digitalsourcetype/trainedAlgorithmicMedia"
 

@@ -18,11 +18,12 @@ import pytest
 from onnx import TensorProto, helper
 
 import cli
-from engine import demo, pipeline
 from engine import media as video
+from engine.media import demo
 from engine.models import runtime as runtime_module
 from engine.models.manifest import MANIFEST_PATH
 from engine.provenance import content
+from engine.run import pipeline
 
 SIZE = (160, 120)
 COUNT = 24
@@ -94,7 +95,7 @@ def run(target: Path, output: Path, mode: str, *extra: str) -> int:
 
 def test_the_signature_graph_scores_the_marker_high(classifier: Path) -> None:
     # The sampled frames of the clip (every second one) in the check's own preprocessing.
-    from engine.job import RuntimeSettings
+    from engine.job.settings import RuntimeSettings
 
     model = runtime_module.Runtime(RuntimeSettings()).load(content.MODEL)
     frames = demo.frames(*SIZE, 2)

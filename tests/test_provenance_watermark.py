@@ -13,11 +13,12 @@ import skimage.data
 from PIL import Image
 
 import cli
-from engine import demo, pipeline
 from engine import media as video
-from engine.job import Job
+from engine.job.settings import Job
+from engine.media import demo
 from engine.models.runtime import Runtime
 from engine.provenance import watermark
+from engine.run import pipeline
 from tests.test_provenance import Same
 
 

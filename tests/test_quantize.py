@@ -21,11 +21,12 @@ from onnx import TensorProto, helper, numpy_helper
 from tiny_graphs import write_manifest
 
 import cli
-from engine import doctor, media
-from engine.errors import ChecksumMismatch, InvalidInput, ModelUnavailable
-from engine.job import RuntimeSettings
+from engine import media
+from engine.core.errors import ChecksumMismatch, InvalidInput, ModelUnavailable
+from engine.job.settings import RuntimeSettings
 from engine.models import derived, int8, quantize
 from engine.models.runtime import Runtime
+from engine.tools import doctor
 
 MODEL = "tiny_upscaler"
 
@@ -317,7 +318,7 @@ def test_prelu_rewrite_is_the_same_function(tmp_path: Path) -> None:
 
 
 def test_benchmark_at_int8_measures_each_int8_graph_against_fp32(catalogue: Path) -> None:
-    from engine import benchmark
+    from engine.tools import benchmark
     from processors import REGISTRY, build_chain
 
     quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())

@@ -15,7 +15,7 @@ from spandrel.architectures.Compact import Compact as SRVGGNetCompact
 
 import cli
 from engine import media as video
-from engine.errors import (
+from engine.core.errors import (
     BackendUnavailable,
     ChecksumMismatch,
     InvalidInput,
@@ -23,7 +23,7 @@ from engine.errors import (
     ModelUnavailable,
     UnsafeWeights,
 )
-from engine.job import RuntimeSettings
+from engine.job.settings import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, Runtime
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import demo, segments
 from engine import media as video
-from engine.segments import Segment
+from engine.media import demo
+from engine.run import segments
+from engine.run.segments import Segment
 
 FF = "/opt/ff/ffmpeg"
 

@@ -1,4 +1,4 @@
-"""The front ends' engine API (engine/service.py): single frames by the run's path, what is cached between
+"""The front ends' engine API (engine/serve/service.py): single frames by the run's path, what is cached between
 previews and what is not, the live mode's tracking, and the model list."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import demo
 from engine import media as video
-from engine.errors import InvalidInput
-from engine.service import Service
+from engine.core.errors import InvalidInput
+from engine.media import demo
+from engine.serve.service import Service
 from processors import REGISTRY
 
 
@@ -71,7 +71,7 @@ def test_models_say_what_is_here_and_what_can_be_downloaded() -> None:
 def test_a_preview_frame_carries_its_time_and_original_and_the_chain_is_bound_to_the_job(clip: Path) -> None:
     from typing import ClassVar
 
-    from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
+    from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
     from processors import build_registry
 
     seen: list[tuple[float | None, bool, str]] = []

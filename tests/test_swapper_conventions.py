@@ -23,12 +23,12 @@ import pytest
 import tiny_graphs
 from test_buffalo_inswapper import tiny_arcface, tiny_inswapper
 
-from engine.faces.stage import SourceFace, SourceIdentity
-from engine.job import RuntimeSettings
+from engine.core.types import Face
+from engine.job.processor import FrameContext
+from engine.job.settings import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, LoadedModel, Runtime
-from engine.processor import FrameContext
-from engine.types import Face
+from engine.run.face_stage import SourceFace, SourceIdentity
 from processors.face_swapper import FaceSwapper, FaceSwapperOptions
 
 # -- templates, in fractions of the crop side, as MODELS.md gives them ------------------------------------------

@@ -22,16 +22,16 @@ from conftest import live_children
 from test_resume import CHAIN, make_clip, start, wait_until
 
 import cli
-from engine import jobdir, pipeline, segments
 from engine import media as video
-from engine.chain import BatchLimit
-from engine.errors import Cancelled, InsufficientDiskSpace, InvalidInput
-from engine.job import Job
+from engine.core.errors import Cancelled, InsufficientDiskSpace, InvalidInput
+from engine.core.types import Frame
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.job.settings import Job
 from engine.models.runtime import Runtime
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.render import VideoRender
-from engine.segmented import VideoJob
-from engine.types import Frame
+from engine.run import jobdir, pipeline, segments
+from engine.run.chain import BatchLimit
+from engine.run.render import VideoRender
+from engine.run.segmented import VideoJob
 
 ROOT = Path(__file__).resolve().parent.parent
 

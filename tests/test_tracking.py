@@ -9,8 +9,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from engine.core.types import Face, Frame
 from engine.faces.tracking import FaceTracker, OneEuroFilter, Track, iou
-from engine.types import Face, Frame
 
 NOISE_PX = 1.5
 FRAME: Frame = np.zeros((480, 640, 3), np.uint8)  # the fake analyser never looks at pixels

@@ -18,14 +18,14 @@ import pytest
 from conftest import audio_seconds
 
 import cli
-from engine import demo, pipeline
 from engine import media as video
-from engine.errors import DiskFull, InvalidInput
-from engine.job import Job
-from engine.media import tools
+from engine.core.errors import DiskFull, InvalidInput
+from engine.core.types import Frame
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.job.settings import Job
+from engine.media import demo, tools
 from engine.models.runtime import Runtime
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Frame
+from engine.run import pipeline
 
 FPS, COUNT = 24, 48
 

@@ -20,13 +20,13 @@ from gradio_client import Client, handle_file
 from pydantic import Field
 
 import cli
-from engine import demo
 from engine import media as video
-from engine.errors import Cancelled, InvalidInput, InvalidJob
-from engine.job import Preset, load_preset_raw, preset_names, save_user_preset
+from engine.core.errors import Cancelled, InvalidInput, InvalidJob
+from engine.core.types import Frame
+from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
+from engine.job.settings import Preset, load_preset_raw, preset_names, save_user_preset
+from engine.media import demo
 from engine.models.manifest import MANIFEST_PATH
-from engine.processor import FrameContext, FrameProcessor, ProcessorOptions
-from engine.types import Frame
 from processors import REGISTRY, build_registry
 from webui.app import Studio, UISettings, launch
 from webui.history import KEEP
@@ -380,7 +380,7 @@ def test_faces_of_a_source_without_a_face_are_reported_at_once(tmp_path: Path, m
     session = _session(studio)
     blank = tmp_path / "empty wall.png"
     video.write_image(blank, np.full((200, 200, 3), 120, np.uint8))
-    from engine.job import FacesSettings
+    from engine.job.settings import FacesSettings
 
     pictures, problems = studio.source_faces(session, [str(media["source"]), str(blank)], FacesSettings())
     assert [caption for _, caption in pictures] == ["grace_hopper.jpg"]

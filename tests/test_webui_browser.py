@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine import demo
 from engine import media as video
 from engine.faces.embedded import EmbeddedAnalyser
+from engine.media import demo
 from webui.app import Studio, UISettings, launch
 
 ROOT = Path(__file__).resolve().parent.parent

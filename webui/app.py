@@ -19,9 +19,9 @@ from typing import Any
 import gradio as gr
 from starlette.middleware import Middleware
 
-from engine.errors import InvalidInput
-from engine.health import Readiness
-from engine.progress import Progress
+from engine.core.errors import InvalidInput
+from engine.core.progress import Progress
+from engine.serve.health import Readiness
 from webui import server
 from webui.jobs import JobQueue, JobRecord
 from webui.page import CSS, Page

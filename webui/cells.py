@@ -1,5 +1,5 @@
 """Settings widgets generated from the settings models (a processor's `Options`, the faces, video and runtime
-groups) through `engine.options`: a closed set is a dropdown, a bounded number a slider with its unit, and an
+groups) through `engine.core.options`: a closed set is a dropdown, a bounded number a slider with its unit, and an
 option shows only while it applies (its `Shown.when`/`unless`), so a new option or processor needs no UI code.
 
 `Settings` keeps every widget in one order and turns their values into a preset mapping and back; `Values` is a
@@ -16,8 +16,8 @@ from typing import Any
 import gradio as gr
 from pydantic import BaseModel
 
-from engine.job import SETTINGS_GROUPS, Preset
-from engine.options import OptionView
+from engine.core.options import OptionView
+from engine.job.settings import SETTINGS_GROUPS, Preset
 
 ENABLE = "enable"  # the group of the processor toggles: (ENABLE, processor id)
 BACKEND = "backend"  # the group of the per-processor backend choices: (BACKEND, processor id)

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from engine.errors import Cancelled, FacestudioError, InvalidInput
-from engine.job import Preset, load_preset_raw
-from engine.metrics import PROCESS_METRICS
-from engine.pipeline import RunReport
-from engine.progress import Progress
+from engine.core.errors import Cancelled, FacestudioError, InvalidInput
+from engine.core.metrics import PROCESS_METRICS
+from engine.core.progress import Progress
+from engine.job.settings import Preset, load_preset_raw
+from engine.run.pipeline import RunReport
 from webui.names import scrub
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class JobRecord:
 
 
 class _JobProgress:
-    """`engine.progress.Progress` into the job's record; raises Cancelled between batches once cancel is asked."""
+    """`engine.core.progress.Progress` into the job's record; raises Cancelled between batches once cancel is asked."""
 
     def __init__(self, record: JobRecord) -> None:
         self.record = record

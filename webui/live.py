@@ -17,8 +17,8 @@ import gradio as gr
 import numpy as np
 from fastapi.routing import APIRoute
 
-from engine import consent
-from engine.errors import FacestudioError, InvalidInput
+from engine.core import consent
+from engine.core.errors import FacestudioError, InvalidInput
 from engine.live.record import Recording
 from engine.media import FrameReader
 from webui.cells import Settings

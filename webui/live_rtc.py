@@ -60,7 +60,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 
-from engine.errors import FacestudioError, InvalidInput
+from engine.core.errors import FacestudioError, InvalidInput
 from engine.live.faces import track_live
 from engine.live.loop import Captured, LiveLoop, Processed, SinkThread
 from engine.live.record import Recorder, Recording

@@ -28,15 +28,15 @@ from typing import Any
 
 import gradio as gr
 
-from engine import consent
 from engine import media as video
-from engine.errors import Cancelled, FacestudioError
+from engine.core import consent
+from engine.core.errors import Cancelled, FacestudioError
+from engine.core.options import describe
 from engine.faces.crops import face_label
-from engine.job import SETTINGS_GROUPS, FacesSettings, Preset, load_preset_raw, preset_names, save_user_preset
+from engine.job.settings import SETTINGS_GROUPS, FacesSettings, Preset, load_preset_raw, preset_names, save_user_preset
 from engine.models.licences import licence_texts
 from engine.models.licences import summary as licence_summary
-from engine.options import describe
-from engine.service import Rendered
+from engine.serve.service import Rendered
 from webui import cells
 from webui.cells import BACKEND, ENABLE, JOB_BACKEND, Settings
 from webui.jobs import parse_preset_text
@@ -111,7 +111,7 @@ def _seconds(value: float) -> str:
 
 class RunState:
     """What a running job shows: its place in line while it waits, then its stage, frames, fps and ETA
-    (`engine.progress.Progress`; raises Cancelled between batches once the session's cancel flag is set)."""
+    (`engine.core.progress.Progress`; raises Cancelled between batches once the session's cancel flag is set)."""
 
     def __init__(self, cancel: threading.Event) -> None:
         self.cancel = cancel

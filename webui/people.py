@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 import gradio as gr
 
-from engine.errors import FacestudioError, InvalidInput
+from engine.core.errors import FacestudioError, InvalidInput
 from engine.faces.people import Scan
-from engine.job import FacesSettings, RuntimeSettings
+from engine.job.settings import FacesSettings, RuntimeSettings
 from webui.cells import Values
 from webui.studio import Session, Studio, user_message
 

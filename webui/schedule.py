@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from engine.errors import Cancelled
+from engine.core.errors import Cancelled
 
 # Weight of the newest finished job in a chain's speed.
 _NEW_WEIGHT = 0.5

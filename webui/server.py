@@ -2,7 +2,7 @@
 
     GET  /healthz                 200 while the process answers (liveness)
     GET  /readyz                  200 {"ready": true, "reasons": []} or 503 with the reasons (readiness)
-    GET  /metrics                 Prometheus text format (engine.metrics)
+    GET  /metrics                 Prometheus text format (engine.core.metrics)
     POST /api/jobs                multipart: target, sources (repeatable), preset (TOML or JSON text), consent=true
                                   → 202 {"id": …, "token": …}
     GET  /api/jobs/{id}           {"id", "status", "progress": {"done", "total"}, "error"}
@@ -30,9 +30,9 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from engine.errors import InvalidInput
-from engine.health import Readiness
-from engine.metrics import PROCESS_METRICS
+from engine.core.errors import InvalidInput
+from engine.core.metrics import PROCESS_METRICS
+from engine.serve.health import Readiness
 from webui.jobs import JobQueue, JobRecord, QueueFull, UploadTooLarge, copy_upload, parse_preset_text
 from webui.names import plain_name
 

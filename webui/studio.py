@@ -22,17 +22,17 @@ import cv2
 from gradio import processing_utils
 
 from engine import media as video
-from engine.errors import Cancelled, FacestudioError, InvalidInput
+from engine.core.errors import Cancelled, FacestudioError, InvalidInput
+from engine.core.metrics import observe_job
+from engine.core.progress import Progress
+from engine.core.types import Face, Frame
 from engine.faces.crops import draw_numbers, thumbnail
 from engine.faces.people import Scan
-from engine.job import FacesSettings, Job, RuntimeSettings
-from engine.metrics import observe_job
-from engine.model_lock import Turn
-from engine.pipeline import RunReport
-from engine.processor import FrameProcessor
-from engine.progress import Progress
-from engine.service import Rendered, Service
-from engine.types import Face, Frame
+from engine.job.processor import FrameProcessor
+from engine.job.settings import FacesSettings, Job, RuntimeSettings
+from engine.run.pipeline import RunReport
+from engine.serve.model_lock import Turn
+from engine.serve.service import Rendered, Service
 from webui.history import Entry, History
 from webui.names import output_name, plain_name, scrub, scrub_file
 from webui.privacy import FileGuard, Owner

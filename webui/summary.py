@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.pipeline import RunReport
+from engine.run.pipeline import RunReport
 
 
 def summary(report: RunReport) -> str:

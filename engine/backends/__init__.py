@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from engine.errors import BackendUnavailable
+from engine.core.errors import BackendUnavailable
 
 BackendName = Literal["onnx", "torch"]
 

@@ -26,11 +26,11 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from engine.errors import OutOfMemory
+from engine.core.errors import OutOfMemory
+from engine.core.types import Affine, Frame, Mask
 from engine.faces.align import footprint
 from engine.models.manifest import IOSpec
 from engine.models.tensor import ChannelMap, input_transform, output_transform
-from engine.types import Affine, Frame, Mask
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

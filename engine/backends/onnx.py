@@ -25,10 +25,10 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort  # after engine.backends, which turns ONNX Runtime's telemetry off
 
-from engine import metrics
 from engine.backends import Device, gpu_visible
-from engine.errors import BackendUnavailable, OutOfMemory
-from engine.memory import importable
+from engine.backends.memory import importable
+from engine.core import metrics
+from engine.core.errors import BackendUnavailable, OutOfMemory
 
 if TYPE_CHECKING:
     import torch

@@ -22,7 +22,7 @@ import numpy.typing as npt
 import torch
 
 from engine.backends import Device
-from engine.errors import BackendUnavailable, InvalidInput, OutOfMemory, UnsafeWeights
+from engine.core.errors import BackendUnavailable, InvalidInput, OutOfMemory, UnsafeWeights
 
 log = logging.getLogger(__name__)
 

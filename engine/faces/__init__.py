@@ -2,7 +2,7 @@
 
 One `FaceAnalyser` interface with two implementations, chosen by the job's `faces.analyser` setting:
 `embedded` (dlib, offline; `engine/faces/embedded.py`) and `buffalo_l` (InsightFace SCRFD + ArcFace, downloaded;
-`engine/faces/buffalo.py`). Everything works on `Frame` (H×W×3 uint8 RGB) and `Face` (engine/types.py).
+`engine/faces/buffalo.py`). Everything works on `Frame` (H×W×3 uint8 RGB) and `Face` (engine/core/types.py).
 
 Embeddings of different recognisers live in different spaces: `Face.recogniser` names the one that produced an
 embedding, and `distance` refuses to compare embeddings of two recognisers.
@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.types import Face, Frame
+from engine.core.types import Face, Frame
 
 
 class FaceAnalyser(Protocol):

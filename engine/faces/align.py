@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engine.types import Affine, Frame, Mask, check_frame
+from engine.core.types import Affine, Frame, Mask, check_frame
 
 _ARCFACE_112 = np.array(
     [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]]

@@ -15,11 +15,11 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
+from engine.core.types import Face, Frame, check_frame
 from engine.faces.align import estimate_affine, warp_face
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import to_tensor
-from engine.types import Face, Frame, check_frame
 
 DETECTOR = "buffalo_l_det_10g"
 RECOGNISER = "buffalo_l_w600k_r50"

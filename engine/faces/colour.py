@@ -15,8 +15,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from engine.core.types import Face, Frame, Mask, check_frame
 from engine.faces.boxes import iou
-from engine.types import Face, Frame, Mask, check_frame
 
 ColourMethod = Literal["reinhard", "histogram"]
 

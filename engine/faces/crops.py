@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from engine.types import Face, Frame
+from engine.core.types import Face, Frame
 
 # Detector boxes run from the brows to the chin; a square 1.9× the larger side shows the forehead, hair line,
 # ears and chin too. The centre moves up a little for the same reason.

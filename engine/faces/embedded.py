@@ -24,10 +24,10 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from engine.errors import ModelUnavailable
+from engine.core.errors import ModelUnavailable
+from engine.core.types import Face, Frame, check_frame
 from engine.faces.boxes import area, iou
 from engine.faces.ibug68 import LEFT_EYE, MOUTH_LEFT, MOUTH_RIGHT, NOSE_TIP, RIGHT_EYE
-from engine.types import Face, Frame, check_frame
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ from typing import Literal
 import cv2
 import numpy as np
 
+from engine.core.types import Frame, Mask
 from engine.faces import colour
 from engine.faces.ibug68 import LEFT_EYE, MOUTH, RIGHT_EYE
 from engine.faces.masks import landmark_mask
 from engine.faces.warp import Points, delaunay, extend_with_forehead, warp_triangles
-from engine.types import Frame, Mask
 
 # A colour transfer: (texture, the target region under it, the blend mask) → the texture recoloured.
 Recolour = Callable[[Frame, Frame, Mask], Frame]

@@ -28,12 +28,12 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BeforeValidator
 
-from engine.errors import InvalidJob
+from engine.core.errors import InvalidJob
+from engine.core.types import Frame, Mask
 from engine.faces.ibug68 import BROWS, CHIN, INNER_MOUTH, JAW
 from engine.faces.masks import box_mask, landmark_mask
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import to_tensor
-from engine.types import Frame, Mask
 
 log = logging.getLogger(__name__)
 

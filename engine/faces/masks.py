@@ -9,8 +9,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from engine.core.types import Mask
 from engine.faces.ibug68 import BROWS, CHIN, INNER_MOUTH, JAW, MOUTH_LEFT, MOUTH_RIGHT
-from engine.types import Mask
 
 # The landmarks stop at the brows; the hull's brow points are moved this fraction of the brow-to-chin distance
 # further up the face (along the chin → brow axis, so roll is followed) to take in the lower forehead, where a

@@ -32,13 +32,13 @@ import numpy as np
 import numpy.typing as npt
 
 from engine import media
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
+from engine.core.types import Face, Frame
 from engine.faces import FaceAnalyser
 from engine.faces.assignment import assign
 from engine.faces.boxes import area
 from engine.faces.crops import thumbnail
 from engine.faces.select import mean_embedding
-from engine.types import Face, Frame
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from engine.core.types import Face, Frame
 from engine.faces import FaceAnalyser
 from engine.faces.boxes import iou
-from engine.types import Face, Frame
 
 # An original face measured on an earlier frame is the same tracked face when their boxes overlap this much, and
 # its embedding is reused for this many frames.

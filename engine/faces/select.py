@@ -10,10 +10,10 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from engine.errors import InvalidInput, NoFaceInSource
+from engine.core.errors import InvalidInput, NoFaceInSource
+from engine.core.types import Face, Frame
 from engine.faces import FaceAnalyser
 from engine.faces.boxes import area
-from engine.types import Face, Frame
 
 log = logging.getLogger(__name__)
 

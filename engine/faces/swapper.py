@@ -21,11 +21,11 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.backends import Session
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
+from engine.core.types import Frame
 from engine.faces.align import estimate_affine, warp_face
 from engine.models.manifest import IOSpec, SwapSpec
 from engine.models.tensor import run_images, to_tensor
-from engine.types import Frame
 
 EMBEDDING_SIZE = 512
 

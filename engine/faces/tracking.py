@@ -19,10 +19,10 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from engine.core.types import Face, Frame, check_frame
 from engine.faces import FaceAnalyser
 from engine.faces.assignment import assign
 from engine.faces.boxes import iou
-from engine.types import Face, Frame, check_frame
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from engine.core.types import Frame
 from engine.faces.ibug68 import BROWS, CHIN, NOSE_BRIDGE_TOP
-from engine.types import Frame
 
 Points = npt.NDArray[np.float32]
 

@@ -20,10 +20,10 @@ from typing import Any, Protocol
 import cv2
 import numpy as np
 
-from engine.errors import InvalidInput, MediaError
+from engine.core.errors import InvalidInput, MediaError
+from engine.core.types import Frame
 from engine.live.loop import Processed
 from engine.media import FrameReader, probe
-from engine.types import Frame
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,12 @@ from typing import Any
 import cv2
 import numpy as np
 
+from engine.core.types import Face, Frame
 from engine.faces import FaceAnalyser
 from engine.faces.boxes import iou
-from engine.faces.stage import SerialAnalyser
 from engine.faces.tracking import CROWD_IOU, FaceTracker, scaled_face
-from engine.service import FrameRenderer
-from engine.types import Face, Frame
+from engine.run.face_stage import SerialAnalyser
+from engine.serve.service import FrameRenderer
 
 # Long side (px) of the frame a live detection runs on.
 DETECT_SIDE = 320

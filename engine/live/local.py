@@ -12,8 +12,8 @@ from engine.live.devices import Camera
 from engine.live.faces import track_live
 from engine.live.loop import Captured, Figures, LiveLoop, Processed, Sink, SinkThread, percentile
 from engine.live.record import Recorder, Recording
-from engine.model_lock import ModelLock
-from engine.service import FrameRenderer
+from engine.serve.model_lock import ModelLock
+from engine.serve.service import FrameRenderer
 
 
 @dataclass(frozen=True)

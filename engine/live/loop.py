@@ -14,11 +14,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from engine.errors import FacestudioError, InvalidInput
+from engine.core.errors import FacestudioError, InvalidInput
+from engine.core.types import Frame
 from engine.live.faces import stop_live, track_live
-from engine.model_lock import ModelLock
-from engine.service import FrameRenderer
-from engine.types import Frame
+from engine.serve.model_lock import ModelLock
+from engine.serve.service import FrameRenderer
 
 log = logging.getLogger(__name__)
 

@@ -23,15 +23,15 @@ from typing import Any
 import cv2
 import numpy as np
 
-from engine.errors import InvalidInput
-from engine.ffmpeg_commands import Audio, muxer_for
-from engine.job import Job
+from engine.core.errors import InvalidInput
+from engine.core.types import Frame
+from engine.job.settings import Job
 from engine.live.loop import Processed, percentile
 from engine.media import FrameTimes, FrameWriter, join_segments, output_rate
+from engine.media.commands import Audio, muxer_for
 from engine.models.fetch import sha256_file
 from engine.provenance import credentials, keys, watermark
-from engine.sidecar import VERSION, sidecar_path, synthetic_metadata
-from engine.types import Frame
+from engine.run.sidecar import VERSION, sidecar_path, synthetic_metadata
 
 # A gap in the microphone's audio longer than this (seconds) is filled with silence; shorter ones are jitter.
 _AUDIO_GAP_S = 0.1

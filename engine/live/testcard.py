@@ -1,4 +1,4 @@
-"""A fake camera for the live tests and benchmark: the moving-portrait demo clip (engine/demo.py) with a frame
+"""A fake camera for the live tests and benchmark: the moving-portrait demo clip (engine/media/demo.py) with a frame
 counter drawn into each frame, as a .y4m file for Chromium's fake capture (`--use-file-for-fake-video-capture`)
 or an .mp4 for `launch.py live --camera FILE`; and the counter read back from a frame that went through the chain
 and two video codecs.
@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import demo
-from engine.media import find_ffmpeg
-from engine.types import Frame
+from engine.core.types import Frame
+from engine.media import demo, find_ffmpeg
 
 BITS = 10
 CELL = 20  # px: each bit's cell is CELL×CELL, its opposite right under it

@@ -14,10 +14,10 @@ One module per concern, each with its own tests; this package's namespace is the
 
 Every frame that crosses this package is a `Frame`: H×W×3 uint8 RGB. Video frames come out upright (the
 container's rotation is applied) and images come out with their EXIF orientation applied. The command lines
-themselves are pure functions in `engine.ffmpeg_commands`.
+themselves are pure functions in `engine.media.commands`.
 """
 
-from engine.ffmpeg_commands import Audio
+from engine.media.commands import Audio
 from engine.media.decode import FrameReader
 from engine.media.encode import FrameWriter, choose_encoder
 from engine.media.images import IMAGE_FORMATS, image_frame_count, read_image, read_image_metadata, write_image

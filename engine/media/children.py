@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from engine.errors import DiskFull, FacestudioError, InvalidInput, MediaError
+from engine.core.errors import DiskFull, FacestudioError, InvalidInput, MediaError
 
 # How long a child gets to exit after being asked to stop, before it is killed.
 STOP_TIMEOUT_S = 5.0

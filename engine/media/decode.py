@@ -17,16 +17,16 @@ from typing import IO
 
 import numpy as np
 
-from engine import ffmpeg_commands as cmd
 from engine.backends import gpu_visible
-from engine.errors import TruncatedInput
+from engine.core.errors import TruncatedInput
+from engine.core.types import Frame
 from engine.media import children
+from engine.media import commands as cmd
 from engine.media.images import read_image
 from engine.media.info import MediaInfo
 from engine.media.probe import probe
 from engine.media.timing import Span, select, skip_frames
 from engine.media.tools import ffmpeg_version, find_ffmpeg, hwaccel_works
-from engine.types import Frame
 
 logger = logging.getLogger(__name__)
 

@@ -14,16 +14,16 @@ from typing import Literal
 
 import numpy as np
 
-from engine import ffmpeg_commands as cmd
 from engine.backends import gpu_visible
-from engine.errors import FacestudioError, InvalidInput, MediaError
+from engine.core.errors import FacestudioError, InvalidInput, MediaError
+from engine.core.types import Frame, check_frame
 from engine.media import children, headers
+from engine.media import commands as cmd
 from engine.media.images import partial_path
 from engine.media.info import MediaInfo
 from engine.media.probe import probe
 from engine.media.timing import FrameTimes
 from engine.media.tools import available_encoders, check_encoder, encoder_works, ffmpeg_version, find_ffmpeg
-from engine.types import Frame, check_frame
 
 logger = logging.getLogger(__name__)
 

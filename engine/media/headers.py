@@ -15,9 +15,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from engine import ffmpeg_commands as cmd
-from engine.errors import InvalidInput, MediaError
+from engine.core.errors import InvalidInput, MediaError
 from engine.media import children
+from engine.media import commands as cmd
 from engine.media.tools import find_ffprobe
 
 _INPUT_LINE = re.compile(r"^Input #0, (.+?), from '")

@@ -21,11 +21,11 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 
-from engine.errors import InvalidInput, MediaError
+from engine.core.errors import InvalidInput, MediaError
+from engine.core.types import Frame, check_frame
 from engine.media.children import write_error
 from engine.media.headers import check_file
 from engine.media.info import MediaInfo
-from engine.types import Frame, check_frame
 
 logger = logging.getLogger(__name__)
 

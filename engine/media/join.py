@@ -13,9 +13,9 @@ from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
-from engine import ffmpeg_commands as cmd
-from engine.errors import FacestudioError, MediaError
+from engine.core.errors import FacestudioError, MediaError
 from engine.media import children, headers
+from engine.media import commands as cmd
 from engine.media.encode import check_times
 from engine.media.images import partial_path
 from engine.media.info import MediaInfo

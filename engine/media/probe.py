@@ -13,9 +13,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from engine import ffmpeg_commands as cmd
-from engine.errors import InvalidInput, MediaError, TruncatedInput
+from engine.core.errors import InvalidInput, MediaError, TruncatedInput
 from engine.media import children, headers, images
+from engine.media import commands as cmd
 from engine.media.headers import Header, Stream
 from engine.media.info import MediaInfo
 from engine.media.timing import Packet, frame_timing

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
-from engine.errors import InvalidInput
-from engine.ffmpeg_commands import Audio
+from engine.core.errors import InvalidInput
+from engine.media.commands import Audio
 from engine.media.info import MediaInfo
 
 logger = logging.getLogger(__name__)

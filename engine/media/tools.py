@@ -14,8 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from engine import ffmpeg_commands as cmd
-from engine.errors import BackendUnavailable, InvalidInput, MediaError
+from engine.core.errors import BackendUnavailable, InvalidInput, MediaError
+from engine.media import commands as cmd
 from engine.media.children import first_error
 
 logger = logging.getLogger(__name__)

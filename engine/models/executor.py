@@ -26,12 +26,12 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.backends import Session
+from engine.core.types import Affine, Frame, Mask
 from engine.faces import swapper
 from engine.faces.align import paste_back, warp_face
 from engine.models.manifest import IOSpec
 from engine.models.runtime import Runtime
 from engine.models.tensor import run_images
-from engine.types import Affine, Frame, Mask
 
 # (x0, y0, x1, y1) in pixels, end exclusive.
 Rect = tuple[int, int, int, int]

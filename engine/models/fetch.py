@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-from engine.errors import ChecksumMismatch, ModelUnavailable
+from engine.core.errors import ChecksumMismatch, ModelUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from engine.errors import ChecksumMismatch, InvalidInput, ModelUnavailable
+from engine.core.errors import ChecksumMismatch, InvalidInput, ModelUnavailable
 from engine.models import derived
 from engine.models.manifest import ModelSpec
 

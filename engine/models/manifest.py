@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.toml")
 # Written by `models export` in the models folder: the ONNX files exported here, with their sha256.

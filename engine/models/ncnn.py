@@ -24,7 +24,7 @@ import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.errors import ModelUnavailable
+from engine.core.errors import ModelUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """`models quantize ID`: a statically quantised int8 graph of a model, checked against its float32 graph.
 
 1. Calibration: frames from the embedded demo media (the astronaut clip's frames and the Grace Hopper portrait,
-   engine/demo.py) or the images of a folder (`--calibration DIR`), split in two: frames to calibrate on and
+   engine/media/demo.py) or the images of a folder (`--calibration DIR`), split in two: frames to calibrate on and
    frames held out for the quality gate (the demo: the portrait and a third of the clip; a folder: every fourth
    image). Each frame becomes the model's input as a job feeds it: 128 px windows of the frame for a frame
    enhancer (96 px for the RRDB models, about 40× the work per pixel of the compact one), the
@@ -36,12 +36,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engine.errors import InvalidInput, ModelUnavailable
+from engine.core.errors import InvalidInput, ModelUnavailable
+from engine.core.types import Frame
 from engine.models import int8, signature
 from engine.models.manifest import ModelSpec
 from engine.models.runtime import Runtime
 from engine.models.tensor import from_tensor, to_tensor
-from engine.types import Frame
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +90,7 @@ class Calibration:
 def demo_calibration() -> Calibration:
     """The embedded demo media: the drifting, zooming astronaut clip (two thirds calibrate, a third is held out)
     and the Grace Hopper portrait (held out: a photo calibration never saw)."""
-    from engine import demo
-    from engine.media import read_image
+    from engine.media import demo, read_image
 
     frames = demo.frames(*DEMO_SIZE, DEMO_FRAMES)
     portrait = read_image(demo.source_photo())[0]

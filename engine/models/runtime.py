@@ -37,10 +37,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from engine import metrics
 from engine.backends import BackendName, Device, Session, gpu_visible
-from engine.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, InvalidJob, ModelUnavailable
-from engine.memory import auto_batch, available_memory, importable, on_gpu
+from engine.backends.memory import auto_batch, available_memory, importable, on_gpu
+from engine.core import metrics
+from engine.core.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, InvalidJob, ModelUnavailable
 from engine.models import derived, fetch, int8, signature
 from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, ModelSpec
 
@@ -71,7 +71,7 @@ ProgressFactory = Callable[[fetch.Downloadable], Callable[[int, int | None], Non
 
 
 class RuntimeConfig(Protocol):
-    """What a Runtime reads of a job's runtime settings. `engine.job.RuntimeSettings` is the one implementation
+    """What a Runtime reads of a job's runtime settings. `engine.job.settings.RuntimeSettings` is the one implementation
     (see it for each field's meaning); a protocol here because the job imports the processors, which import this
     module: the runtime importing the job back would close a cycle."""
 

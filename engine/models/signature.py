@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import ModelSignatureMismatch
+from engine.core.errors import ModelSignatureMismatch
 from engine.models.manifest import FileSpec, IOSpec, ModelSpec, TensorSpec
 
 # ONNX TensorProto element types by their enum value (onnx.TensorProto.DataType).

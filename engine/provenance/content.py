@@ -24,11 +24,11 @@ import numpy as np
 from PIL import Image
 
 from engine import media as video
-from engine.errors import InvalidInput, ModelUnavailable
-from engine.job import Job
+from engine.core.errors import InvalidInput, ModelUnavailable
+from engine.core.types import Frame
+from engine.job.settings import Job
 from engine.models import tensor
 from engine.models.runtime import LoadedModel, Runtime
-from engine.types import Frame
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import c2pa
 
-from engine.errors import FacestudioError, InvalidInput
+from engine.core.errors import FacestudioError, InvalidInput
 from engine.provenance.keys import SigningKey
 
 # Output extensions C2PA can carry inside the file, with their MIME types. Not here: .bmp (no metadata box at all)

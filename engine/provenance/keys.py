@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
 
 ENV_CERT = "FACESTUDIO_SIGN_CERT"
 ENV_KEY = "FACESTUDIO_SIGN_KEY"

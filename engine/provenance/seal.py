@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from engine import media as video
-from engine.job import Job
+from engine.job.processor import FrameProcessor
+from engine.job.settings import Job
 from engine.models.fetch import sha256_file
 from engine.models.runtime import Runtime
-from engine.processor import FrameProcessor
 from engine.provenance import content, credentials, keys
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import c2pa
 
 from engine import media as video
-from engine.errors import FacestudioError, InvalidInput
+from engine.core.errors import FacestudioError, InvalidInput
 from engine.provenance import keys, watermark
 from engine.provenance.credentials import ASSERTION
 

@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine import media as video
-from engine.types import Frame
+from engine.core.types import Frame
 
 log = logging.getLogger(__name__)
 

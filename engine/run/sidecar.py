@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engine.errors import InvalidInput
-from engine.job import Job
+from engine.core.errors import InvalidInput
+from engine.job.settings import Job
 from engine.media import MediaInfo, Span
-from engine.report import RunReport
+from engine.run.report import RunReport
 
 VERSION = "0.1.0"
 SUFFIX = ".job.json"

@@ -14,21 +14,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from engine import media
-from engine.chain import BatchLimit, batch_size, process_batch, process_checked
-from engine.errors import Cancelled, DiskFull, InvalidInput
-from engine.ffmpeg_commands import GIF_SUFFIX
-from engine.job import Job
+from engine.core.errors import Cancelled, DiskFull, InvalidInput
+from engine.core.progress import NullProgress, Progress
+from engine.core.types import Frame
+from engine.job.processor import FrameContext, FrameProcessor
+from engine.job.settings import Job
+from engine.media.commands import GIF_SUFFIX
 from engine.models.runtime import Runtime
-from engine.outputs import OutputClaim
-from engine.processor import FrameContext, FrameProcessor
-from engine.progress import NullProgress, Progress
 from engine.provenance import keys, seal, watermark
-from engine.render import Faces, SegmentRenderer, VideoRender, annotated, face_stage, render_missing
-from engine.report import RunReport
-from engine.segmented import video_job
-from engine.sidecar import VERSION, sidecar_path, sidecar_text, synthetic_metadata
-from engine.types import Frame
-from engine.validate import validate
+from engine.run.chain import BatchLimit, batch_size, process_batch, process_checked
+from engine.run.outputs import OutputClaim
+from engine.run.render import Faces, SegmentRenderer, VideoRender, annotated, face_stage, render_missing
+from engine.run.report import RunReport
+from engine.run.segmented import video_job
+from engine.run.sidecar import VERSION, sidecar_path, sidecar_text, synthetic_metadata
+from engine.run.validate import validate
 
 __all__ = ["RunReport", "process_frame", "run"]
 
@@ -56,7 +56,7 @@ def run(
     file at `job.output` is refused unless `overwrite`, and so is an output another run is writing. A video is
     rendered in segments in its job folder; with `resume`, the segments an interrupted run of the same job
     finished are reused. `renderer` renders a video's missing segments (default: in order, in this process;
-    `engine.cluster.RayRenderer`: on Ray workers). Raises typed errors only (InvalidInput, TruncatedInput,
+    `engine.serve.cluster.RayRenderer`: on Ray workers). Raises typed errors only (InvalidInput, TruncatedInput,
     InsufficientDiskSpace, DiskFull, Cancelled …); on any error no output, partial file or folder it made is left.
     Every output carries signed C2PA Content Credentials (`signing`, else `engine.provenance.keys.resolve()`).
     """

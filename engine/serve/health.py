@@ -15,10 +15,10 @@ from pathlib import Path
 
 from engine import media
 from engine.backends import Device, gpu_visible
-from engine.catalogue import Catalogue
-from engine.errors import FacestudioError
-from engine.job import Preset, Registry, RuntimeSettings, load_preset_raw
+from engine.core.errors import FacestudioError
+from engine.job.settings import Preset, Registry, RuntimeSettings, load_preset_raw
 from engine.models.runtime import NATIVE, Runtime
+from engine.serve.catalogue import Catalogue
 
 
 @dataclass

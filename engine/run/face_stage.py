@@ -17,16 +17,16 @@ import numpy as np
 import numpy.typing as npt
 
 from engine import media as video
-from engine import metrics
-from engine.errors import InvalidInput
+from engine.core import metrics
+from engine.core.errors import InvalidInput
+from engine.core.types import Face, Frame
 from engine.faces import FaceAnalyser
 from engine.faces.boxes import area
 from engine.faces.people import Gallery, Scan, ScanCache, TakeTurn, check_mapping, scan, scan_key
 from engine.faces.select import order_faces, select, source_identity
 from engine.faces.tracking import FaceTracker
-from engine.job import FacesSettings
+from engine.job.settings import FacesSettings
 from engine.models.runtime import Runtime
-from engine.types import Face, Frame
 
 log = logging.getLogger(__name__)
 

@@ -1,14 +1,14 @@
 """Render a video job's segments on Ray workers (`run --cluster`): the same plan, job folder, resume and join as a
-single-machine run (`engine.pipeline.run`), only the missing segments are handed out to Ray actors instead of
+single-machine run (`engine.run.pipeline.run`), only the missing segments are handed out to Ray actors instead of
 being rendered in order in this process.
 
 Each actor (one GPU each where the cluster has GPUs, else one CPU) parses the job from its raw dict against the
 processor registry and builds its Runtime and chain once, in `__init__`, then renders any segment it is given
-(`engine.render.render_alone`: it decodes the target from the segment's first frame, so face tracking restarts at every
-segment). It writes the segment into the job folder, which must therefore be on a volume every node mounts at the
-same path (`FACESTUDIO_JOBS`), like the target, the sources and the output; a worker that cannot see them refuses
-with InvalidInput. The driver (this process) moves each finished segment into place and records it in the job's
-manifest, so a `--cluster` run killed half-way resumes with `--resume`, on the cluster or on one machine.
+(`engine.run.render.render_alone`: it decodes the target from the segment's first frame, so face tracking restarts
+at every segment). It writes the segment into the job folder, which must therefore be on a volume every node mounts
+at the same path (`FACESTUDIO_JOBS`), like the target, the sources and the output; a worker that cannot see them
+refuses with InvalidInput. The driver (this process) moves each finished segment into place and records it in the
+job's manifest, so a `--cluster` run killed half-way resumes with `--resume`, on the cluster or on one machine.
 
 A segment whose worker died, or that failed with an unexpected error, is handed to another worker (a dead actor is
 replaced) up to `MAX_ATTEMPTS` times; after that the job fails with SegmentFailed. A foreseeable error (bad input,
@@ -31,13 +31,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from engine import jobdir, segments
-from engine.errors import ClusterUnavailable, FacestudioError, InvalidInput, SegmentFailed
+from engine.core.errors import ClusterUnavailable, FacestudioError, InvalidInput, SegmentFailed
+from engine.core.progress import Progress
 from engine.media import MediaInfo, Span
-from engine.progress import Progress
-from engine.render import SegmentResult, VideoRender, render_alone, segment_render
-from engine.segments import Segment
-from engine.sidecar import absolute_raw
+from engine.run import jobdir, segments
+from engine.run.render import SegmentResult, VideoRender, render_alone, segment_render
+from engine.run.segments import Segment
+from engine.run.sidecar import absolute_raw
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class SegmentWorker:
         self.error: BaseException | None = None
         try:
             _check_inputs(raw, target_size)
-            from engine.job import Job
+            from engine.job.settings import Job
             from engine.models.runtime import Runtime
             from processors import REGISTRY, build_chain
 
@@ -175,7 +175,8 @@ class SegmentWorker:
 
 @dataclass
 class RayRenderer:
-    """An `engine.render.SegmentRenderer` that renders the missing segments on Ray actors (see the module docstring).
+    """An `engine.run.render.SegmentRenderer` that renders the missing segments on Ray actors (see the module
+    docstring).
 
     workers: actors to start (default: one per GPU of the cluster, or one per CPU when it has none), never more
     than there are segments to render. Needs a connection (`connect`).

@@ -13,7 +13,7 @@ When a folder is removed:
 - the job succeeds, or fails with an error (bad input, model, ffmpeg, out of memory, a bug): removed;
 - the job is cancelled (Ctrl-C, SIGTERM) or killed, refused at the start for lack of disk space, or stopped by a
   disk that filled up (`DiskFull`), after some segments were finished: kept, so that `run --resume` continues it;
-  with nothing finished: removed (`engine.segmented` decides);
+  with nothing finished: removed (`engine.run.segmented` decides);
 - the start-up sweep (`sweep`, at the start of every video job) removes a folder whose owner is not running (same
   host; PID gone or reused by a process that started at another time) and that either holds no finished segment or
   was last written more than `RESUME_WINDOW_S` ago. A folder of a running process, or of another host (a shared
@@ -37,9 +37,9 @@ from typing import Any
 
 import psutil
 
-from engine import segments
-from engine.errors import DiskFull, InsufficientDiskSpace, InvalidInput
-from engine.segments import Plan, Segment
+from engine.core.errors import DiskFull, InsufficientDiskSpace, InvalidInput
+from engine.run import segments
+from engine.run.segments import Plan, Segment
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 on disk. Pure data and pure functions: nothing here reads media, runs a process or touches the filesystem.
 
 A video job is rendered as consecutive segments of its span's output frames, each encoded to its own file in the
-job's folder (`engine.jobdir`) and verified before it counts as done; the output is the segments joined without
+job's folder (`engine.run.jobdir`) and verified before it counts as done; the output is the segments joined without
 re-encoding, with the audio muxed once. A killed job resumes at its first missing segment. Each segment is
 independent of the others' files, so the same plan can be handed out to several workers; only face tracking and
 identity QA carry state from one segment to the next when one process renders them in order.

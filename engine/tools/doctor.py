@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.backends import gpu_visible
-from engine.errors import FacestudioError
-from engine.memory import importable
+from engine.backends.memory import importable
+from engine.core.errors import FacestudioError
 
 if TYPE_CHECKING:
     from engine.models.manifest import FileSpec, ModelSpec
@@ -503,7 +503,7 @@ def check_models(runtime: Runtime, default_models: Collection[str]) -> Result:
     made one (`Runtime.check_int8`): `present-verified`, `tampered` (an error), `unrecorded` or `stale` (a job at
     runtime.precision=int8 refuses it; a warning). A model's status is its best file's (`tampered` first: it needs
     action). `needed` marks the models the default job loads; one of them missing is an error."""
-    from engine.errors import ChecksumMismatch
+    from engine.core.errors import ChecksumMismatch
 
     rows, problems = [], []
     order = ("tampered", "present-verified", "embedded", "unrecorded", "stale", "missing")
@@ -597,7 +597,7 @@ def collect(default_models: Collection[str], *, known: Sequence[Problem] = ()) -
     """Run every check. `default_models`: the manifest ids the default job loads; `known`: problems the caller
     already found (e.g. a default preset that does not parse). Returns the report (see the README for its keys):
     `ok` is True when no problem is an error, i.e. the default job can run."""
-    from engine.job import RuntimeSettings
+    from engine.job.settings import RuntimeSettings
     from engine.models.runtime import Folders, Runtime
 
     report: dict[str, Any] = {"schema": SCHEMA, "ok": True}

@@ -23,16 +23,16 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from engine.errors import InvalidJob
+from engine.core.errors import InvalidJob
+from engine.core.home import home
+from engine.core.options import Shown, ignored
 from engine.faces.select import Order, Selector
-from engine.ffmpeg_commands import ENCODER_CHOICES, X264_PRESETS
-from engine.home import home
-from engine.options import Shown, ignored
-from engine.processor import FrameProcessor, ProcessorOptions
+from engine.job.processor import FrameProcessor, ProcessorOptions
+from engine.media.commands import ENCODER_CHOICES, X264_PRESETS
 
 Registry = Mapping[str, type[FrameProcessor]]
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
 
 
 class _Settings(BaseModel):
@@ -107,8 +107,8 @@ class VideoSettings(_Settings):
 
 class RuntimeSettings(_Settings):
     """Where and how models run. `batch`: frames per processor call, "auto" = picked from the memory free where
-    the models run (see `engine.memory.auto_batch`); `threads` 0 = one per core; `max_pixels`: the largest frame
-    (width × height, pixels) accepted as a target or produced as an output."""
+    the models run (see `engine.backends.memory.auto_batch`); `threads` 0 = one per core; `max_pixels`: the largest
+    frame (width × height, pixels) accepted as a target or produced as an output."""
 
     backend: Literal["auto", "onnx", "torch"] = Field(
         default="auto", description="auto: ONNX Runtime where the model has an ONNX file, else PyTorch"

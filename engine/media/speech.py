@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from engine.errors import InvalidInput, MediaError
+from engine.core.errors import InvalidInput, MediaError
 from engine.media import find_ffmpeg
 
 DECODE_RATE = 48_000

@@ -3,11 +3,11 @@
 One `Service` per process holds the processor registry it was given (the engine never imports `processors/`),
 warm runtimes (models stay loaded between jobs), and small caches for single frames. It builds jobs and chains,
 runs jobs, renders single frames through the chain (previews; live streams keep their tracker through a
-`FrameRenderer` of their own, `live_renderer`), finds faces; its `catalogue` (engine/catalogue.py) lists, fetches,
+`FrameRenderer` of their own, `live_renderer`), finds faces; its `catalogue` (engine/serve/catalogue.py) lists, fetches,
 verifies and exports models.
 
 Not thread-safe for model work by itself: callers serialise model work with `model_lock`
-(engine/model_lock.py), as the UI and the jobs API do, so one job at a time uses the GPU: a run holds it, single
+(engine/serve/model_lock.py), as the UI and the jobs API do, so one job at a time uses the GPU: a run holds it, single
 frames and face searches take it `brief()`ly, and `run` lets those in between its batches.
 """
 
@@ -24,20 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from engine import media as video
-from engine import pipeline
-from engine.catalogue import Catalogue
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
+from engine.core.progress import NullProgress, Progress
+from engine.core.types import Face, Frame
 from engine.faces import FaceAnalyser
 from engine.faces.people import Scan, TakeTurn
-from engine.faces.stage import build_analyser, scan_target
-from engine.job import FacesSettings, Job, Preset, RuntimeSettings
-from engine.model_lock import ModelLock
+from engine.job.processor import FrameContext, FrameProcessor
+from engine.job.settings import FacesSettings, Job, Preset, RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import ProgressFactory, Runtime
-from engine.processor import FrameContext, FrameProcessor
-from engine.progress import NullProgress, Progress
-from engine.render import face_stage
-from engine.types import Face, Frame
+from engine.run import pipeline
+from engine.run.face_stage import build_analyser, scan_target
+from engine.run.render import face_stage
+from engine.serve.catalogue import Catalogue
+from engine.serve.model_lock import ModelLock
 
 Registry = Mapping[str, type[FrameProcessor]]
 # Decoded target frames and face-stage results kept for previews: a user moves between a handful of frames.

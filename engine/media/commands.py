@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
 
 # Output extension -> ffmpeg muxer. Only containers that can hold H.264 and HEVC are offered: WebM, for one, cannot.
 MUXERS: Mapping[str, str] = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"}

@@ -28,7 +28,7 @@ class RunReport:
     people: list[dict[str, Any]] | None = None
     # A video's segments: count, segment_frames, reused (indexes finished by an interrupted run) and
     # frames_processed (by this run; the rest were reused); a run whose segments went to a cluster
-    # (`engine.cluster`) adds `cluster`: per segment it processed, the worker (host:pid) and the attempts it took.
+    # (`engine.serve.cluster`) adds `cluster`: per segment it processed, the worker (host:pid) and the attempts it took.
     segments: dict[str, Any] | None = None
     # The sidecar's `provenance` record (engine.provenance.seal) and the lines it adds to the run's summary.
     provenance: dict[str, Any] | None = None

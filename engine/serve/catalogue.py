@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from engine.errors import FacestudioError
-from engine.faces.stage import analyser_model_ids
-from engine.job import Preset, RuntimeSettings
+from engine.core.errors import FacestudioError
+from engine.job.processor import FrameProcessor
+from engine.job.settings import Preset, RuntimeSettings
 from engine.models import fetch
 from engine.models.manifest import FileSpec, ModelSpec, record_trusted
 from engine.models.runtime import ProgressFactory, Runtime
-from engine.processor import FrameProcessor
+from engine.run.face_stage import analyser_model_ids
 
 Availability = Literal["embedded", "downloaded", "missing"]
 Pin = Literal["records", "one record", "trust-first", "first download", "embedded", "exported"]

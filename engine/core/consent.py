@@ -8,7 +8,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from engine.home import home
+from engine.core.home import home
 
 NOTICE = (
     "facestudio changes faces in images and video. Use it only on media you have the right to edit and only with "

@@ -28,10 +28,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from engine import jobdir
-from engine.errors import InvalidInput
+from engine.core.errors import InvalidInput
 from engine.media.children import write_error
-from engine.sidecar import SUFFIX, sidecar_path
+from engine.run import jobdir
+from engine.run.sidecar import SUFFIX, sidecar_path
 
 # A lock that cannot be read is taken for a dead run's only when older than this: on a file system without hard
 # links a lock exists, empty, for the moment between its creation and its record's write.

@@ -31,14 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import demo, media, pipeline
-from engine.errors import InvalidInput
-from engine.job import Job
+from engine import media
+from engine.core.errors import InvalidInput
+from engine.core.types import Frame
+from engine.job.processor import FrameContext, FrameProcessor
+from engine.job.settings import Job
+from engine.media import demo
 from engine.models.runtime import Runtime
-from engine.processor import FrameContext, FrameProcessor
-from engine.render import face_stage
-from engine.sidecar import synthetic_metadata
-from engine.types import Frame
+from engine.run import pipeline
+from engine.run.render import face_stage
+from engine.run.sidecar import synthetic_metadata
 
 RESOLUTIONS = {"180p": (320, 180), "360p": (640, 360), "720p": (1280, 720), "1080p": (1920, 1080)}
 RESULT_KEYS = (

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import ffmpeg_commands as cmd
 from engine import media
-from engine.errors import InvalidInput, InvalidJob
-from engine.job import Job
+from engine.core.errors import InvalidInput, InvalidJob
+from engine.job.processor import FrameProcessor
+from engine.job.settings import Job
+from engine.media import commands as cmd
 from engine.media.images import size_limit
-from engine.outputs import check_names
-from engine.processor import FrameProcessor
+from engine.run.outputs import check_names
 
 # Image formats that can carry the synthetic-media tags; a BMP target is written as PNG.
 TAGGABLE_IMAGE_FORMATS = frozenset({"PNG", "JPEG", "WEBP", "TIFF"})

@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 
 from engine import media
-from engine.types import Frame
+from engine.core.types import Frame
 
 
 def photo() -> Frame:

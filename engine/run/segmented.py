@@ -1,6 +1,6 @@
 """A video job in segments: its plan and job folder, the disk-space check, the join, and what is kept when it stops.
 
-`video_job` opens the job's folder (`engine.jobdir`) for a render and closes it: removed when the job succeeds or
+`video_job` opens the job's folder (`engine.run.jobdir`) for a render and closes it: removed when the job succeeds or
 fails with an error; kept, for `run --resume`, when it is cancelled, refused for lack of disk space, or a disk
 fills up mid-render, provided some segment was finished. In those cases the error says what is kept, how much
 space to free, and to run again with `--resume`.
@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import jobdir, segments
-from engine.errors import Cancelled, DiskFull, InsufficientDiskSpace
+from engine.core.errors import Cancelled, DiskFull, InsufficientDiskSpace
+from engine.core.progress import Progress
 from engine.media import MediaInfo, audio_for, join_segments
-from engine.progress import Progress
-from engine.render import SegmentRenderer, VideoRender
-from engine.segments import Plan
-from engine.sidecar import absolute_raw, synthetic_metadata
+from engine.run import jobdir, segments
+from engine.run.render import SegmentRenderer, VideoRender
+from engine.run.segments import Plan
+from engine.run.sidecar import absolute_raw, synthetic_metadata
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.types import Face, Frame
+from engine.core.types import Face, Frame
 
 if TYPE_CHECKING:
     from engine.models.runtime import Runtime
@@ -20,7 +20,7 @@ class ProcessorOptions(BaseModel):
     """Base of every processor's `Options`: strict (unknown keys are errors) and immutable.
 
     `backend` overrides the job's `runtime.backend` for this processor alone (None = the job's choice).
-    Field descriptions, bounds and `engine.options.Shown` metadata (unit, when the option applies, catalogue
+    Field descriptions, bounds and `engine.core.options.Shown` metadata (unit, when the option applies, catalogue
     choices) drive the UI's widgets, the CLI's settings help (`presets options`) and the preset schema alike.
     """
 
@@ -63,9 +63,9 @@ class FrameContext:
 
 
 class BoundJob(Protocol):
-    """What a processor may read of its job (`engine.job.Job` is one; a protocol so this module, which the job
+    """What a processor may read of its job (`engine.job.settings.Job` is one; a protocol so this module, which the job
     module builds on, does not import it back): the target and the source images as given, the chain's processor
-    ids and options, and the faces settings (`engine.job.FacesSettings`)."""
+    ids and options, and the faces settings (`engine.job.settings.FacesSettings`)."""
 
     target: Path
     sources: tuple[Path, ...]

@@ -3,7 +3,7 @@
 Every frame is handed to the chain with its `FrameContext`: its output frame number, its faces and its time
 (`Span.times`). One process renders the missing segments in order from one decoder (`render_missing`), with face
 analysis and identity QA on their own threads; a worker given one segment alone decodes from that segment's first
-frame (`render_alone`, what `engine.cluster` runs).
+frame (`render_alone`, what `engine.serve.cluster` runs).
 """
 
 from __future__ import annotations
@@ -16,20 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import ffmpeg_commands as cmd
-from engine import jobdir, segments, workers
-from engine.chain import BatchLimit, QualityCheck, batch_size, process_checked
-from engine.errors import InvalidInput, InvalidJob, MediaError
+from engine.core.errors import InvalidInput, InvalidJob, MediaError
+from engine.core.progress import NullProgress, Progress
+from engine.core.types import Frame
 from engine.faces.qa import IdentityQA
-from engine.faces.stage import FaceStage
-from engine.job import Job
+from engine.job.processor import FrameContext, FrameProcessor
+from engine.job.settings import Job
 from engine.media import FrameReader, FrameTimes, FrameWriter, MediaInfo, Span
+from engine.media import commands as cmd
 from engine.models.runtime import Runtime
-from engine.processor import FrameContext, FrameProcessor
-from engine.progress import NullProgress, Progress
 from engine.provenance import watermark
-from engine.segments import Segment
-from engine.types import Frame
+from engine.run import jobdir, segments, workers
+from engine.run.chain import BatchLimit, QualityCheck, batch_size, process_checked
+from engine.run.face_stage import FaceStage
+from engine.run.segments import Segment
 
 
 @dataclass

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
-from engine.errors import Cancelled
+from engine.core.errors import Cancelled
 
 # Job outcomes (the `status` label of jobs_total and job_duration_seconds).
 JOB_OUTCOMES = ("done", "failed", "cancelled")

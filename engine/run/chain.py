@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from engine import metrics
-from engine.errors import OutOfMemory
+from engine.core import metrics
+from engine.core.errors import OutOfMemory
+from engine.core.types import Face, Frame
+from engine.job.processor import FrameContext, FrameProcessor
 from engine.models.runtime import Runtime
-from engine.processor import FrameContext, FrameProcessor
-from engine.types import Face, Frame
 
 log = logging.getLogger(__name__)
 
