@@ -201,13 +201,13 @@ def test_consent_prompt_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
     monkeypatch.setattr("builtins.input", lambda _: "no")
     with pytest.raises(ConsentRequired, match="was not acknowledged"):
-        cli.require_consent(yes=False)
+        cli.common.require_consent(yes=False)
     assert not consent.is_acknowledged()
     monkeypatch.setattr("builtins.input", lambda _: "yes")
-    cli.require_consent(yes=False)
+    cli.common.require_consent(yes=False)
     assert consent.is_acknowledged()
     monkeypatch.setattr("builtins.input", lambda _: pytest.fail("asked twice"))
-    cli.require_consent(yes=False)
+    cli.common.require_consent(yes=False)
 
 
 def test_a_changed_notice_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -125,7 +125,7 @@ def test_a_job_interrupted_on_one_machine_resumes_on_the_cluster(
     run(clip, tmp_path / "local.mp4")
     out = tmp_path / "ray.mp4"
     args = cli.build_parser().parse_args(["run", "--target", str(clip), "--output", str(out), *ARGS])
-    job = cli.job_from_args(args)
+    job = cli.common.job_from_args(args)
     from engine.models.runtime import Runtime
     from processors import build_chain
 
@@ -149,7 +149,7 @@ def test_a_worker_that_cannot_see_the_target_refuses(clip: Path, tmp_path: Path)
     """The check each actor runs first, on a plain SegmentWorker (no Ray needed): a missing target, or another
     file at its path than the driver's, is an InvalidInput naming the host, raised by the first `render`."""
     args = cli.build_parser().parse_args(["run", "--target", str(clip), "--output", str(tmp_path / "o.mp4"), *ARGS])
-    raw = sidecar.absolute_raw(cli.job_from_args(args))
+    raw = sidecar.absolute_raw(cli.common.job_from_args(args))
     info = video.probe(clip)
     segment = segments.plan(FRAMES, SEGMENT).segments[0]
     work = tmp_path / "work"

@@ -97,7 +97,7 @@ def test_containers_run_commands_the_cli_accepts(tmp_path: Path) -> None:
     (deployment,) = of_kind("Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     args = parser.parse_args(launch_args(container["command"] + container["args"]))
-    settings = cli.ui_settings(args)
+    settings = cli.ui.ui_settings(args)
     assert (args.command, settings.host) == ("ui", "0.0.0.0")
     # The login comes from a secret that the container's environment names.
     env = {e["name"]: e for e in container["env"]}
@@ -229,7 +229,7 @@ def test_dockerfile_serves_the_ui_with_its_healthcheck_and_volumes(tmp_path: Pat
     (entrypoint,) = instruction("ENTRYPOINT")
     (command,) = instruction("CMD")
     args = cli.build_parser().parse_args(launch_args(json.loads(entrypoint) + json.loads(command)))
-    settings = cli.ui_settings(args)
+    settings = cli.ui.ui_settings(args)
     assert (args.command, settings.host) == ("ui", "0.0.0.0")
     (exposed,) = instruction("EXPOSE")
     assert int(exposed) == settings.port

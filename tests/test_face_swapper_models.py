@@ -243,7 +243,7 @@ def test_a_new_swapper_is_one_catalogue_entry(
     manifest.write_text(env.manifest.read_text() + entry)
     monkeypatch.setenv("FACESTUDIO_MANIFEST", str(manifest))
     # The settings help (and so every front end) lists it among the swapper's choices.
-    assert "test_swap_192" in cli.settings_help(["face_swapper"])
+    assert "test_swap_192" in cli.presets.settings_help(["face_swapper"])
     try:
         extra = ("--set", "face_swapper.model=test_swap_192", "--set", "face_swapper.pixel_boost=384")
         code, out, err = run(env, monkeypatch, capsys, "new", *extra, "--backend", "onnx", manifest=manifest)

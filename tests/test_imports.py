@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("engine", "processors", "webui")
+PACKAGES = ("cli", "engine", "processors", "webui")
 
 
 def _modules() -> dict[str, Path]:
@@ -142,7 +142,7 @@ def _floor(module: str) -> int | None:
 def test_the_engine_has_no_loose_module_and_every_package_has_a_floor() -> None:
     modules = _modules()
     engine = sorted(name for name in modules if name.startswith("engine.") and name != "engine")
-    assert [name for name in engine if name.count(".") == 1 and not modules[name].name == "__init__.py"] == []
+    assert [name for name in engine if name.count(".") == 1 and modules[name].name != "__init__.py"] == []
     assert [name for name in engine if _floor(name) is None] == []
 
 
@@ -162,7 +162,8 @@ def test_the_architecture_lists_the_engine_s_packages() -> None:
     """ARCHITECTURE.md's floor plan names every package of engine/, in the floors' order, and nothing else."""
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
     plan = text.split("<!-- floors -->")[1].split("<!-- /floors -->")[0]
-    listed = [line.split()[0].rstrip("/") for line in plan.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+    heads = [line for line in plan.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+    listed = [line.split()[0].rstrip("/") for line in heads]
     tree = sorted(p.name for p in (ROOT / "engine").iterdir() if (p / "__init__.py").exists())
     assert sorted(listed) == tree
     assert listed == [p.removeprefix("engine.") for floor in FLOORS for p in floor]

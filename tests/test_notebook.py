@@ -37,7 +37,7 @@ def test_notebook_is_valid_and_its_commands_parse() -> None:
     for argv in commands:
         args = parser.parse_args(argv)
         if args.command == "ui":
-            settings = cli.ui_settings(args)
+            settings = cli.ui.ui_settings(args)
             assert settings.share and settings.auth == ("studio", "s3cret")
 
 

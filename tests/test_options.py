@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from cli import main, settings_help
+from cli import main
+from cli.presets import settings_help
 from engine.core.options import OptionView, Shown, describe, ignored, view
 from engine.job.settings import Preset, RuntimeSettings, preset_schema
 from processors import REGISTRY

@@ -214,18 +214,18 @@ def test_a_preset_maps_people_by_number_and_picture_never_by_path() -> None:
 
 
 def test_map_arguments_become_sources_and_people(tmp_path: Path) -> None:
-    assert cli.people_map(["0=alice.jpg", "2=bob.jpg, bob2.jpg"]) == (
+    assert cli.common.people_map(["0=alice.jpg", "2=bob.jpg, bob2.jpg"]) == (
         ["alice.jpg", "bob.jpg", "bob2.jpg"],
         [{"person": 0, "sources": [0]}, {"person": 2, "sources": [1, 2]}],
     )
     for bad in ("alice.jpg", "x=alice.jpg", "1="):
-        with pytest.raises(cli.UsageError, match="--map takes N=IMAGE"):
-            cli.people_map([bad])
+        with pytest.raises(cli.common.UsageError, match="--map takes N=IMAGE"):
+            cli.common.people_map([bad])
     args = cli.build_parser().parse_args(
         ["run", "--target", "t.mp4", "--output", "o.mp4", "--source", "a.jpg", "--map", "0=b.jpg"]
     )
-    with pytest.raises(cli.UsageError, match="not --source as well"):
-        cli.job_from_args(args)
+    with pytest.raises(cli.common.UsageError, match="not --source as well"):
+        cli.common.job_from_args(args)
 
 
 def test_faces_scan_of_an_image_prints_each_person_and_how_to_map_them(

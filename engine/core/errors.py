@@ -1,6 +1,6 @@
 """Typed errors. Each carries a one-line, actionable message; the CLI maps them to exit codes.
 
-The engine never exits the process: it raises one of these, and `cli.py` decides the exit code.
+The engine never exits the process: it raises one of these, and the command line (`cli/`) decides the exit code.
 """
 
 from __future__ import annotations
