@@ -1,1 +1,1 @@
-"""The Gradio web UI (DESIGN.md §9): `python launch.py` or `python launch.py ui`."""
+"""The Gradio web UI (ARCHITECTURE.md §9): `python launch.py` or `python launch.py ui`."""

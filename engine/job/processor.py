@@ -1,4 +1,4 @@
-"""The plugin contract every frame processor implements (DESIGN.md §3)."""
+"""The plugin contract every frame processor implements (ARCHITECTURE.md §3)."""
 
 from __future__ import annotations
 

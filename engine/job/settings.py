@@ -1,5 +1,5 @@
 """Jobs and presets: one validated, immutable description of a run, built the same way by the CLI, the UI,
-preset files and job sidecars (DESIGN.md §5).
+preset files and job sidecars (ARCHITECTURE.md §5).
 
 Raw form (TOML presets, `--set` overrides and sidecars all use it)::
 

@@ -1,1 +1,1 @@
-"""Model catalogue, download and loading: manifest, fetch, tensor normalisation, runtime cache (DESIGN.md §4)."""
+"""Model catalogue, download and loading: manifest, fetch, tensor normalisation, runtime cache (ARCHITECTURE.md §4)."""

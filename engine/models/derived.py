@@ -27,6 +27,7 @@ import secrets
 from pathlib import Path
 from typing import Literal
 
+from engine.core.home import home
 from engine.models.fetch import sha256_file
 
 KEY_ENV = "FACESTUDIO_INTEGRITY_KEY"
@@ -43,8 +44,7 @@ def key_path() -> Path:
     override = os.environ.get(KEY_ENV)
     if override:
         return Path(override).expanduser()
-    home = os.environ.get("FACESTUDIO_HOME") or Path.home() / ".config" / "facestudio"
-    return Path(home).expanduser() / "integrity.key"
+    return home() / "integrity.key"
 
 
 def record_path(derived: Path) -> Path:

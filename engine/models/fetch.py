@@ -1,4 +1,4 @@
-"""Download model files with sha256 verification and resume (DESIGN.md §4).
+"""Download model files with sha256 verification and resume (ARCHITECTURE.md §4).
 
 A file is streamed to `<folder>/<filename>.part`, hashed while it streams, checked against the expected size
 and sha256, and only then renamed to its final name, so a file under its final name is always complete.

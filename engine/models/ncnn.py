@@ -1,6 +1,6 @@
 """Read ncnn models (`.param` + `.bin`) and turn them into ONNX graphs and PyTorch state dicts.
 
-The embedded Real-ESRGAN weights (DESIGN.md §8) ship only in ncnn format. This module reads them without the
+The embedded Real-ESRGAN weights (ARCHITECTURE.md §8) ship only in ncnn format. This module reads them without the
 ncnn runtime and without torch:
 
 - `load` parses the two files into an `NcnnModel` (layers in file order plus float32 weights).
@@ -537,7 +537,7 @@ def to_state_dict(model: NcnnModel, arch: str) -> dict[str, npt.NDArray[np.float
     arch "SRVGGNetCompact" (realesr-animevideov3, PReLU variant): body.{k}.weight/.bias for the convolutions at
     even k and body.{k}.weight (C slopes) for the PReLUs at odd k.
 
-    Relies on ncnn writing the convolutions in state-dict order (DESIGN.md §8) and checks every shape and that
+    Relies on ncnn writing the convolutions in state-dict order (ARCHITECTURE.md §8) and checks every shape and that
     the layer sequence fits the architecture; raises ValueError (an NcnnFormatError) when it does not, or for an
     unknown `arch`. Values are float32 numpy arrays, read-only and shared with `model.weights` (copy them, e.g.
     `torch.tensor(a)`, before handing them to PyTorch).

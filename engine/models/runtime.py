@@ -1,6 +1,6 @@
 """Model loading: pick the file for a backend, make sure it is present and verified, convert, load, cache.
 
-`Runtime` is the one clearly named process-wide model cache (DESIGN.md §1): a job gets one, and the sessions it
+`Runtime` is the one clearly named process-wide model cache (ARCHITECTURE.md §1): a job gets one, and the sessions it
 loads stay warm for the rest of the job.
 
 Which file serves a model (all files of a model hold the same weights):

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from engine.core.errors import InvalidInput
+from engine.core.home import home as user_home
 
 ENV_CERT = "FACESTUDIO_SIGN_CERT"
 ENV_KEY = "FACESTUDIO_SIGN_KEY"
@@ -59,8 +60,7 @@ class SigningKey:
 
 def home() -> Path:
     """$FACESTUDIO_HOME/provenance (default ~/.config/facestudio/provenance): the installation's key."""
-    root = os.environ.get("FACESTUDIO_HOME") or Path.home() / ".config" / "facestudio"
-    return Path(root).expanduser() / "provenance"
+    return user_home() / "provenance"
 
 
 def resolve(cert: Path | None = None, key: Path | None = None) -> SigningKey:

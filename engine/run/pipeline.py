@@ -1,10 +1,12 @@
 """The one orchestration of a job: validate, claim the output, render (decode → faces → chain → encode, in
 segments for a video), join with the audio, deliver with the sidecar.
 
-`run` is what the CLI, the UI and the jobs API call; `process_frame` is the single-frame path the UI preview uses,
-so a preview and a full run can never differ. The parts: `validate` (every input, before any work),
-`outputs` (claim, seal, deliver), `render` (faces, segments), `segmented` (job folder, disk, join, resume),
-`chain` (batches through the processors), `sidecar` (provenance), `workers` (threads and queues).
+`run` is what the CLI, the UI and the jobs API call; `process_frame` is the single-frame path the UI preview uses:
+the same face stage and chain as a run's frames. A video's frame in a run can still differ from its preview where a
+run carries state across frames (a tracked face's colour statistics, its smoothed box). The parts: `validate`
+(every input, before any work), `outputs` (claim, seal, deliver), `render` (faces, segments), `segmented` (job
+folder, disk, join, resume), `chain` (batches through the processors), `sidecar` (provenance), `workers` (threads
+and queues).
 """
 
 from __future__ import annotations

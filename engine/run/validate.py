@@ -1,4 +1,4 @@
-"""Job validation: the one choke point every job passes before any frame is read (DESIGN.md §11).
+"""Job validation: the one choke point every job passes before any frame is read (ARCHITECTURE.md §11).
 
 `validate` probes the target and every source, and refuses, with one typed, actionable line, anything the run
 would otherwise fail on half-way or get silently wrong: files that are not usable media (via `media.probe`),
