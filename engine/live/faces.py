@@ -31,8 +31,8 @@ import numpy as np
 from engine.core.types import Face, Frame
 from engine.faces import FaceAnalyser
 from engine.faces.boxes import iou
+from engine.faces.serial import SerialAnalyser
 from engine.faces.tracking import CROWD_IOU, FaceTracker, scaled_face
-from engine.run.face_stage import SerialAnalyser
 from engine.serve.service import FrameRenderer
 
 # Long side (px) of the frame a live detection runs on.

@@ -5,7 +5,6 @@ settings, and the source identity computed once per job. Processors read the res
 from __future__ import annotations
 
 import logging
-import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
@@ -24,6 +23,7 @@ from engine.faces import FaceAnalyser
 from engine.faces.boxes import area
 from engine.faces.people import Gallery, Scan, ScanCache, TakeTurn, check_mapping, scan, scan_key
 from engine.faces.select import order_faces, select, source_identity
+from engine.faces.serial import SerialAnalyser
 from engine.faces.tracking import FaceTracker
 from engine.job.settings import FacesSettings
 from engine.models.runtime import Runtime
@@ -86,36 +86,6 @@ def load_sources(analyser: FaceAnalyser, paths: Sequence[Path]) -> SourceIdentit
     embedding, found = source_identity(analyser, images, [str(p) for p in paths])
     faces = tuple(SourceFace(img, face) for img, face in found)
     return SourceIdentity(np.asarray(embedding, np.float32), analyser.recogniser, faces)
-
-
-class SerialAnalyser:
-    """A FaceAnalyser whose model calls run one at a time.
-
-    A video run finds faces on one thread while identity QA embeds faces on another, both with the job's one
-    analyser; dlib's and ONNX Runtime's objects are not documented as safe for concurrent calls on one object.
-    Every other attribute (threshold, recogniser, …) is the wrapped analyser's."""
-
-    def __init__(self, inner: FaceAnalyser) -> None:
-        self._inner = inner
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def detect(self, frame: Frame) -> list[Face]:
-        with self._lock:
-            return self._inner.detect(frame)
-
-    def refit(self, frame: Frame, face: Face) -> Face | None:
-        with self._lock:
-            return self._inner.refit(frame, face)
-
-    def embed(self, frame: Frame, faces: Sequence[Face]) -> list[Face]:
-        with self._lock:
-            return self._inner.embed(frame, faces)
-
-    def distance(self, a: np.ndarray, b: np.ndarray) -> float:
-        return self._inner.distance(a, b)
 
 
 @dataclass
