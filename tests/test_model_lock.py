@@ -16,7 +16,7 @@ from engine import media as video
 from engine.media import demo
 from engine.serve.model_lock import ModelLock, Turn
 from webui.app import Studio
-from webui.page import _waited
+from webui.preview import _waited
 from webui.privacy import COOKIE, owner_from
 
 

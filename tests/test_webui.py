@@ -31,8 +31,9 @@ from processors import REGISTRY, build_registry
 from webui.app import Studio, UISettings, launch
 from webui.history import KEEP
 from webui.names import output_name, plain_name, scrub
-from webui.page import Page, RunState
+from webui.page import Page
 from webui.privacy import COOKIE, Owner, owner_from
+from webui.run import RunState
 from webui.schedule import RunQueue, Ticket
 from webui.studio import user_message
 
@@ -297,19 +298,19 @@ def test_presets_load_into_widgets_save_to_the_users_folder_and_refuse_bad_names
             assert again.options[pid] == preset.options[pid], (name, pid)
         assert (again.faces, again.video, again.runtime) == (preset.faces, preset.video, preset.runtime)
     values = page.settings.values_from(Preset.parse(load_preset_raw("upscale"), studio.registry))
-    update, message = page.on_save_preset("my-upscale", *values)
+    update, message = page.presets.on_save("my-upscale", *values)
     assert message == "saved preset my-upscale (in your presets folder)"
     # At once in the picker (after the built-in ones), loadable by name here and by the CLI, valid for `check`.
     assert update["choices"][-1] == "my-upscale" and update["value"] == "my-upscale"
     assert preset_names()[-1] == "my-upscale"
     assert cli.main(["presets", "check", str(home / "presets" / "my-upscale.toml")]) == 0
     assert Preset.parse(load_preset_raw("my-upscale"), studio.registry).processors == ("frame_enhancer",)
-    assert page.on_save_preset("my-upscale", *values)[1].startswith("replaced preset my-upscale")
+    assert page.presets.on_save("my-upscale", *values)[1].startswith("replaced preset my-upscale")
     # Names are refused with the rule, never rewritten; built-in names are not taken over.
     for bad in ("my preset", "../x", "", "-x", "a" * 65):
-        _, refused = page.on_save_preset(bad, *values)
+        _, refused = page.presets.on_save(bad, *values)
         assert "is not allowed: use 1–64 letters, digits, - or _, starting with a letter or digit" in refused, bad
-    assert "'default' is a built-in preset" in page.on_save_preset("default", *values)[1]
+    assert "'default' is a built-in preset" in page.presets.on_save("default", *values)[1]
     with pytest.raises(InvalidJob, match="is not allowed"):
         save_user_preset("a/b", Preset.parse(load_preset_raw("default"), studio.registry))
 
@@ -321,13 +322,13 @@ def test_a_preset_file_opens_into_the_widgets_and_a_bad_one_says_why(tmp_path: P
     request = _request("o" * 64)
     good = tmp_path / "mine.toml"
     good.write_text('processors = ["frame_enhancer"]\n[frame_enhancer]\nscale = 2\n')
-    *values, message = page.on_open_preset(str(good), request)
+    *values, message = page.presets.on_open(str(good), request)
     assert message == "loaded mine.toml"
     raw = page.settings.raw_from(values)
     assert raw["processors"] == ["frame_enhancer"] and raw["frame_enhancer"]["scale"] == 2.0
     bad = tmp_path / "broken.toml"
     bad.write_text('processors = ["nope"]\n')
-    *_, message = page.on_open_preset(str(bad), request)
+    *_, message = page.presets.on_open(str(bad), request)
     assert "broken.toml: unknown processor 'nope'" in message and str(tmp_path) not in message
 
 
@@ -576,7 +577,7 @@ def test_a_failed_download_says_why_beside_the_model(tmp_path: Path, monkeypatch
     monkeypatch.setenv("FACESTUDIO_MANIFEST", str(tmp_path / "manifest.toml"))
     monkeypatch.setenv("FACESTUDIO_MODELS", str(tmp_path / "models"))
     page = Page(Studio(work_dir=tmp_path / "work"))
-    message = page._download("gfpgan_1_3")(progress=lambda *a, **k: None)
+    message = page.models.download("gfpgan_1_3")(progress=lambda *a, **k: None)
     assert message.startswith("<span class='fs-warn'>download failed: ") and "GFPGANv1.3.pth" in message
     assert str(tmp_path) not in message
 

@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import cv2
 import gradio as gr
@@ -21,12 +21,12 @@ from engine.core import consent
 from engine.core.errors import FacestudioError, InvalidInput
 from engine.live.record import Recording
 from engine.media import FrameReader
-from webui.cells import Settings
 from webui.history import Entry
 from webui.live_rtc import LiveHub, ice_servers, routes
 from webui.names import output_name, scrub_file
+from webui.parts import Page
 from webui.privacy import owner_from
-from webui.studio import Session, Studio, user_message
+from webui.studio import Session, user_message
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +64,10 @@ CSS = """
 """
 
 
-class StudioPage(Protocol):
-    """What the Live tab uses of the studio page (webui/page.py's Page, built before the tab): its settings and
-    their components, the source faces, and the history's version (bumped when an entry is added)."""
-
-    studio: Studio
-    settings: Settings
-    sources: gr.File
-    history_version: gr.State
-
-
 class LiveTab:
     """The Live tab's components and handlers; built inside the page's `gr.Tab("Live")` (webui/page.py)."""
 
-    def __init__(self, page: StudioPage) -> None:
+    def __init__(self, page: Page) -> None:
         self.page = page
         self.studio = page.studio
         self.hub = LiveHub(page.studio, on_recorded=self._saved)
@@ -115,17 +105,17 @@ class LiveTab:
         page = self.page
         settings = page.settings.components
         start = self.start.click(
-            self.on_start, [self.agreed, self.size, self.mic, page.sources, *settings], [self.config, self.status],
-            concurrency_id="live", concurrency_limit=4,
+            self.on_start, [self.agreed, self.size, self.mic, page.inputs.sources, *settings],
+            [self.config, self.status], concurrency_id="live", concurrency_limit=4,
         )  # fmt: skip
         start.then(None, [self.config], None, js="(config) => { window.facestudioLive?.start(config); }")
         self.stop.click(
-            self.on_stop, [page.history_version],
-            [self.status, self.recorded, self.record, page.history_version, self.config],
+            self.on_stop, [page.history.version],
+            [self.status, self.recorded, self.record, page.history.version, self.config],
             js="(version) => { window.facestudioLive?.stop(); return version; }", concurrency_id="live",
         )  # fmt: skip
         self.record.click(
-            self.on_record, [page.history_version], [self.status, self.recorded, self.record, page.history_version],
+            self.on_record, [page.history.version], [self.status, self.recorded, self.record, page.history.version],
             concurrency_id="live",
         )  # fmt: skip
 

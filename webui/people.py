@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import gradio as gr
 
@@ -20,7 +20,8 @@ from engine.core.errors import FacestudioError, InvalidInput
 from engine.faces.people import Scan
 from engine.job.settings import FacesSettings, RuntimeSettings
 from webui.cells import Values
-from webui.studio import Session, Studio, user_message
+from webui.parts import Page
+from webui.studio import Session, user_message
 
 HINT = "**People** — find who is in the target, then give each person their own source photos"
 
@@ -36,25 +37,10 @@ class PeopleState:
     sources: dict[int, list[str]] = field(default_factory=dict)
 
 
-class PageParts(Protocol):
-    """What the panel uses of the page it is built into (`webui.page.Page`; a protocol: the page imports this
-    module): its studio, the target and selector components, the settings cells and the session's copy of their
-    values (`values`, a `gr.State` of `Values`), and `written`, which chains after an event that sets widgets the
-    preview that hears them again."""
-
-    studio: Studio
-    target: Any
-    selector: Any
-    settings: Any
-    values: Any
-
-    def written(self, dependency: Any) -> Any: ...
-
-
 class PeoplePanel:
     """Builds the panel into the page (inside its inputs column) and turns a session's mapping into job settings."""
 
-    def __init__(self, page: PageParts, session_of: Callable[[Any, gr.Request], Session]) -> None:
+    def __init__(self, page: Page, session_of: Callable[[Any, gr.Request], Session]) -> None:
         """`session_of(studio, request)`: the session a request comes from (the page's rule)."""
         self.page = page
         self.studio = page.studio
@@ -75,10 +61,10 @@ class PeoplePanel:
         """Events (once the page has its settings' `values` state)."""
         page = self.page
         self.find.click(
-            self.on_find, [page.target, self.version, page.values], [self.version, self.status],
+            self.on_find, [page.inputs.target, self.version, page.values], [self.version, self.status],
             concurrency_id="preview", concurrency_limit=4,
         )  # fmt: skip
-        page.target.change(self.on_target, [self.version], [self.version, self.status], queue=False)
+        page.inputs.target.change(self.on_target, [self.version], [self.version, self.status], queue=False)
 
     def _rows(self, request: gr.Request) -> None:
         session = self._session(request)
@@ -101,7 +87,9 @@ class PeoplePanel:
                         file_types=["image"], height=70, elem_id=f"person-{number}-sources",
                     )  # fmt: skip
             for event in (files.upload, files.clear, files.delete):
-                self.page.written(event(self._given(number), [files], [self.page.selector, self.status], queue=False))
+                self.page.written(
+                    event(self._given(number), [files], [self.page.inputs.selector, self.status], queue=False)
+                )
 
     # -- events -------------------------------------------------------------------------------------------------
     def on_find(self, target: str | None, version: int, values: Values, request: gr.Request) -> tuple[int, str]:

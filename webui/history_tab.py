@@ -1,0 +1,91 @@
+"""The studio's History tab: the session's finished jobs (webui/history.py), newest first, each with its
+thumbnail, summary, settings, downloads, "Load these settings" and Delete."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from engine.core.errors import FacestudioError
+from webui.parts import Page
+
+
+class HistoryTab:
+    """Builds the History tab's rows (when the tab is opened, and after each change: `version`, a `gr.State`
+    bumped by whatever adds or removes an entry)."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.studio = page.studio
+
+    def build(self, tab: gr.Tab) -> None:
+        self.version = gr.State(0)
+        with gr.Row():
+            gr.Markdown("Finished jobs of this session (this login, or this browser), newest first.")
+            self.clear = gr.Button("Delete all", size="sm", scale=0, min_width=100, elem_id="history-clear")
+
+        # Rendered when the tab is opened (not with the page: a first load stays light) and after each change.
+        @gr.render(inputs=[self.version], triggers=[tab.select, self.version.change])
+        def show(version: int, request: gr.Request) -> None:
+            self._rows(request)
+
+    def wire(self) -> None:
+        self.clear.click(self.on_clear, [self.version], [self.version], queue=False)
+
+    def _rows(self, request: gr.Request) -> None:
+        try:
+            session = self.page.session(request)
+        except FacestudioError as exc:
+            gr.Markdown(str(exc))
+            return
+        entries = session.history.entries()
+        if not entries:
+            gr.Markdown("*No finished jobs yet.*", elem_id="history-empty")
+        for entry in entries:
+            with gr.Row(elem_classes="fs-history", equal_height=False):
+                if entry.thumbnail:
+                    gr.Image(
+                        self.studio.share(session, entry.thumbnail), show_label=False, height=110, interactive=False,
+                        scale=1, min_width=140, container=False,
+                    )  # fmt: skip
+                with gr.Column(scale=4):
+                    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.created))
+                    sources = f" with {', '.join(entry.sources)}" if entry.sources else ""
+                    gr.Markdown(
+                        f"**{Path(entry.output).name}** — {when} — {entry.target}{sources} → "
+                        f"{' → '.join(entry.processors)}\n\n{entry.summary}",
+                        elem_classes="fs-history-summary",
+                    )
+                    with gr.Accordion("settings", open=False):
+                        gr.Code(json.dumps(entry.settings, indent=1), language="json")
+                with gr.Column(scale=1, min_width=160):
+                    gr.DownloadButton("Output", self.studio.share(session, entry.output), size="sm")
+                    gr.DownloadButton("Job sidecar", self.studio.share(session, entry.sidecar), size="sm")
+                    load = gr.Button("Load these settings", size="sm")
+                    delete = gr.Button("Delete", size="sm", variant="stop")
+            chosen = load.click(
+                lambda s=entry.settings: self.page.values_for(s), None, self.page.settings.components, queue=False
+            )
+            self.page.written(chosen)
+            delete.click(self._delete(entry.id), [self.version], [self.version], queue=False)
+
+    def _delete(self, entry_id: str) -> Any:
+        def delete(version: int, request: gr.Request) -> int:
+            session = self.page.session(request)
+            gone = session.history.remove(entry_id)
+            if gone is not None:
+                self.studio.guard.release(session.owner, [gone.output, gone.sidecar, gone.thumbnail or ""])
+            return version + 1
+
+        return delete
+
+    def on_clear(self, version: int, request: gr.Request) -> int:
+        session = self.page.session(request)
+        for entry in session.history.entries():
+            session.history.remove(entry.id)
+            self.studio.guard.release(session.owner, [entry.output, entry.sidecar, entry.thumbnail or ""])
+        return version + 1
