@@ -1,8 +1,9 @@
 """The unusual-inputs corpus: every kind of odd file a user may hand the CLI, generated here with ffmpeg and numpy,
 run through `cli.main` as a user runs it.
 
-Each case ends in a correct output or a typed one-line `error:` with its exit code, as README's table "What
-happens with unusual inputs" says (the test checks that table names every case with its exit code). After every
+Each case ends in a correct output or a typed one-line `error:` with its exit code, as the guide's table "What
+happens with unusual inputs" says (docs/guide/inputs.md; the test checks that table names every case with its exit
+code). After every
 case: no traceback, no warning, no output, partial file or folder left by a failed job, no new file but the output
 and its sidecar after a good one, nothing at all left in the temp folder, and no ffmpeg child left running or
 unreaped. Timing is measured on the output: frame times against the target's, and a flash against a beep.
@@ -808,8 +809,8 @@ def test_hdr_is_recognised_without_ffprobe(tmp_path: Path, monkeypatch: pytest.M
     assert video.probe(hdr).color_transfer == with_ffprobe == "smpte2084"
 
 
-def test_readme_table_lists_every_case() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_guide_table_lists_every_case() -> None:
+    text = (ROOT / "docs" / "guide" / "inputs.md").read_text(encoding="utf-8")
     section = text.split("## What happens with unusual inputs", 1)[1].split("\n## ", 1)[0]
     rows = {
         cells[0]: cells[1]
@@ -818,7 +819,7 @@ def test_readme_table_lists_every_case() -> None:
         )
     }
     for name, case in CASES.items():
-        assert name in rows, f"README's table has no row for {name!r}"
+        assert name in rows, f"the guide's table has no row for {name!r}"
         expected = "output" if case.code == 0 else f"exit {case.code}"
         assert rows[name].startswith(expected), (name, rows[name])
 
