@@ -77,13 +77,14 @@ def command(args: argparse.Namespace) -> int:
     if args.workers is not None and args.cluster is None:
         raise UsageError("--workers needs --cluster")
     job = job_from_args(args)
+    for setting in job.ignored_settings():
+        print(f"note: {setting} is ignored with these settings", file=sys.stderr)
+    # Before anything is written (the installation's signing key, the demo clip, downloads): a refusal leaves no trace.
+    require_consent(args.yes)
     from engine.provenance import keys
 
     # Read (or made) before anything runs: a wrong --sign-key fails at once.
     signing = keys.resolve(args.sign_cert, args.sign_key)
-    for setting in job.ignored_settings():
-        print(f"note: {setting} is ignored with these settings", file=sys.stderr)
-    require_consent(args.yes)
     if args.demo:
         DEMO_DIR.mkdir(parents=True, exist_ok=True)
         demo.make_clip(job.target)
