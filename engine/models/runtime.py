@@ -229,6 +229,21 @@ class Runtime:
         self._ensure_files(chosen, model_ids)
         return chosen
 
+    def ensure_each(self, wanted: Iterable[tuple[str, str | None]]) -> list[FileSpec]:
+        """Make sure every (model id, backend: None for the job's) has a verified file, downloading what is
+        missing; one error names every file still missing, whichever model and backend it serves. A model no
+        backend loads (dlib's, read by dlib itself) is checked by its own files; an id this catalogue lacks (a
+        mirror's may leave the embedded ones out) is left to its loader. Returns the files, each once."""
+        wanted = [(m, b) for m, b in dict.fromkeys(wanted) if m in self.manifest.models]
+        files: list[FileSpec] = []
+        for model_id, requested in wanted:
+            spec, backend = self.manifest.models[model_id], self.backend_for(requested)
+            served = any(f.format in NATIVE[backend] for f in spec.files)
+            files += [self.choose_file(spec, backend)] if served else list(spec.files)
+        files = list({f.filename: f for f in files}.values())
+        self._ensure_files(files, [m for m, _ in wanted])
+        return files
+
     def _ensure_files(self, files: list[FileSpec], model_ids: list[str]) -> None:
         missing = [f for f in files if not self.is_present(f)]
         not_installed = sorted({f.package or "" for f in missing if f.embedded})

@@ -169,10 +169,10 @@ class Catalogue:
         """Fetch what the preset's chain needs to run on its backend (nothing when embedded files serve it), each
         model's licence said first. Returns the paths of the files it will load."""
         runtime = self._runtime(preset.runtime, progress)
-        ids = [model_id for model_id, _ in self.for_preset(preset)]
-        for model_id in ids:
+        wanted = self.for_preset(preset)
+        for model_id in dict.fromkeys(model_id for model_id, _ in wanted):
             say(f"licence: {runtime.manifest.get(model_id).licence_line()}")
-        return [runtime.local_path(f) for f in runtime.ensure(ids)]
+        return [runtime.local_path(f) for f in runtime.ensure_each(wanted)]
 
     # -- fetching -----------------------------------------------------------------------------------------------
     def fetch(

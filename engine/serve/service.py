@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import media as video
-from engine.core.errors import InvalidInput
+from engine.core.errors import InvalidInput, ModelUnavailable
 from engine.core.progress import NullProgress, Progress
 from engine.core.types import Face, Frame
 from engine.faces import FaceAnalyser
@@ -217,8 +217,17 @@ class Service:
         signing). `downloads`: progress of model downloads (a one-shot front end's runtime; a warm one keeps what
         it was made with)."""
         runtime = self.runtime(job.runtime, downloads)
+        try:
+            chain = self.chain(job, runtime)
+        except ModelUnavailable:
+            if job.runtime.offline:
+                # A processor stops at its own missing files: offline, name every file the job needs in one error,
+                # its face analyser's too, so they can all be fetched at once. (The job's own checks — chain
+                # order, landmarks — run after the chain is built, so they are not put behind a download.)
+                runtime.ensure_each(self.catalogue.for_preset(job))
+            raise
         between = _BriefBetweenBatches(progress or NullProgress(), self.model_lock)
-        return pipeline.run(job, self.chain(job, runtime), runtime, between, overwrite=overwrite, **kwargs)
+        return pipeline.run(job, chain, runtime, between, overwrite=overwrite, **kwargs)
 
     # -- single frames ------------------------------------------------------------------------------------------
     def frame(self, target: Path, index: int, max_pixels: int) -> Frame:
