@@ -5,7 +5,7 @@ process's memory, open files, threads and temp files are sampled. Linux only (it
     python benchmarks/soak.py --jobs 2 --out soak/        # a smoke run (what tests/test_soak.py does)
 
 Starts `launch.py ui` as a child process on a free port, with its temp folder (TMPDIR, GRADIO_TEMP_DIR) under
-OUT/tmp so that its growth is measured too, and submits jobs through gradio_client as the README shows: an
+OUT/tmp so that its growth is measured too, and submits jobs through gradio_client as the guide shows: an
 8-frame 160×90 clip of the demo photo with the demo source face, alternating the default preset (offline face
 swap) and a ×2 frame enhancer (`--preset` replaces both). Every `--interval` seconds it samples the server's
 resident memory (VmRSS), open file descriptors (/proc/PID/fd), threads and the bytes under OUT/tmp.

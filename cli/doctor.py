@@ -13,7 +13,7 @@ from engine.job.settings import Preset, load_preset_raw
 def add(sub: Any) -> None:
     """The `doctor` command's arguments."""
     doctor = sub.add_parser("doctor", help="check this machine: packages, ffmpeg, providers, GPU, folders, models")
-    doctor.add_argument("--json", action="store_true", help="print the report as JSON (keys: see README)")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON (keys: docs/guide/doctor.md)")
 
 
 def command(args: argparse.Namespace) -> int:

@@ -95,7 +95,7 @@ def _models_list(catalogue: Any, as_json: bool) -> int:
 
 
 def _list_row(row: Any) -> dict[str, Any]:
-    """`models list --json`'s object for one model (its keys are a contract: see the README)."""
+    """`models list --json`'s object for one model (its keys are a contract scripts rely on)."""
     files = [dataclasses.asdict(f) for f in row.files]
     return {
         "id": row.id,

@@ -7,7 +7,7 @@
     stats line ◄─ data channel: each result's stamp; figures twice a second; clock pings; why a stream ended
 
 WebRTC is aiortc with a page of our own (fastrtc 0.0.34, the current release, requires gradio < 6 and its
-component does not load in Gradio 6: see the README). Signalling is one route, `POST /live/offer`, next to
+component does not load in Gradio 6: see docs/guide/live.md). Signalling is one route, `POST /live/offer`, next to
 Gradio's on the same port.
 
 What the studio guards holds here too: a stream is opened only by the Live tab's Start (webui/live.py), which

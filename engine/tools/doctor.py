@@ -2,7 +2,7 @@
 
 Each `check_*` function inspects one thing and returns `(data, problems)`: JSON-ready data for the report and the
 `Problem`s it found, each with a one-line fix. `collect` runs them all into one report (its keys are documented
-in the README and fixed by the tests); `table` renders a report for a terminal. Nothing here changes the
+in docs/guide/doctor.md and fixed by the tests); `table` renders a report for a terminal. Nothing here changes the
 machine: models are hashed, not fetched; providers are tried on a one-node graph built in memory.
 
 A problem is an "error" when it stops the default job (the default preset on this machine) or when a model file
@@ -595,7 +595,7 @@ def _guarded(check: str, severity: Severity, run: Callable[[], Result], empty: A
 
 def collect(default_models: Collection[str], *, known: Sequence[Problem] = ()) -> dict[str, Any]:
     """Run every check. `default_models`: the manifest ids the default job loads; `known`: problems the caller
-    already found (e.g. a default preset that does not parse). Returns the report (see the README for its keys):
+    already found (e.g. a default preset that does not parse). Returns the report (its keys: docs/guide/doctor.md):
     `ok` is True when no problem is an error, i.e. the default job can run."""
     from engine.job.settings import RuntimeSettings
     from engine.models.runtime import Folders, Runtime
