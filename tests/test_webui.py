@@ -35,7 +35,7 @@ from webui.page import Page
 from webui.privacy import COOKIE, Owner, owner_from
 from webui.run import RunState
 from webui.schedule import RunQueue, Ticket
-from webui.studio import user_message
+from webui.studio import Policy, user_message
 
 
 def free_port() -> int:
@@ -342,13 +342,17 @@ def _request(cookie: str) -> Any:
     return _Request(cookie)
 
 
-def _session(studio: Studio, cookie: str = "a" * 64) -> Any:
-    return studio.session(owner_from({COOKIE: cookie}, None))
+def _session(studio: Studio, cookie: str = "a" * 64, uploads: Any = ()) -> Any:
+    """The session of this cookie's browser, holding `uploads` as its own (as if it had uploaded them)."""
+    session = studio.session(owner_from({COOKIE: cookie}, None))
+    for path in uploads:
+        studio.guard.allow(session.owner, path)
+    return session
 
 
 def test_preview_is_the_run_path_and_numbers_the_faces(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
+    session = _session(studio, uploads=media.values())
     raw = {"processors": ["face_swapper"]}
     preview = studio.preview(session, raw, str(media["photo"]), [str(media["source"])], 0)
     report, entry = studio.run_for(session, raw, str(media["photo"]), [str(media["source"])], None)
@@ -369,18 +373,22 @@ def test_preview_is_the_run_path_and_numbers_the_faces(tmp_path: Path, media: di
 
 
 def test_a_preview_over_max_pixels_is_refused_like_a_run(tmp_path: Path, media: dict[str, Path]) -> None:
-    studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
-    raw = {"processors": ["frame_enhancer"], "runtime": {"max_pixels": 1000}}
-    with pytest.raises(InvalidInput, match=r"photo.png is 512×512 = 262144 pixels, above runtime.max_pixels=1000"):
+    studio = Studio(work_dir=tmp_path / "work", policy=Policy(server={"runtime": {"max_pixels": 1000}}))
+    session = _session(studio, uploads=media.values())
+    raw = {"processors": ["frame_enhancer"]}
+    with pytest.raises(InvalidInput, match=r"photo.png is 512×512 = 262144 pixels, above runtime.max_pixels=1000") as e:
         studio.preview(session, raw, str(media["photo"]), [], 0)
+    # The user cannot raise the server's limit, and is not told to.
+    assert user_message(e.value, session.names).endswith(
+        "scale it down first (this server's limit: its operator sets it, `ui --max-pixels`)"
+    )
 
 
 def test_faces_of_a_source_without_a_face_are_reported_at_once(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
     blank = tmp_path / "empty wall.png"
     video.write_image(blank, np.full((200, 200, 3), 120, np.uint8))
+    session = _session(studio, uploads=[*media.values(), blank])
     from engine.job.settings import FacesSettings
 
     pictures, problems = studio.source_faces(session, [str(media["source"]), str(blank)], FacesSettings())
@@ -395,7 +403,7 @@ def test_faces_of_a_source_without_a_face_are_reported_at_once(tmp_path: Path, m
 
 def test_a_picked_face_becomes_the_reference_and_is_shown(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
+    session = _session(studio, uploads=media.values())
     preview = studio.preview(session, {"processors": ["face_swapper"]}, str(media["photo"]), [str(media["source"])], 0)
     reference = studio.reference_from(session, preview.faces[0])
     assert studio.guard.allows(session.owner, Path(reference).resolve())
@@ -415,7 +423,7 @@ def test_messages_and_sidecars_name_files_as_the_user_knows_them(tmp_path: Path,
     assert plain_name("../../my holiday (1).MP4") == "my_holiday_1.MP4"
     assert output_name("holiday.mp4", ".mp4", {"holiday-facestudio.mp4"}) == "holiday-facestudio-2.mp4"
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
+    session = _session(studio, uploads=media.values())
     report, _ = studio.run_for(
         session, {"processors": ["face_swapper"]}, str(media["photo"]), [str(media["source"])], None
     )
@@ -502,7 +510,7 @@ def test_run_state_says_stage_frames_fps_and_eta() -> None:
 
 def test_cancel_stops_the_job_and_leaves_no_output(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
+    session = _session(studio, uploads=media.values())
 
     class PressCancel(RunState):
         def advance(self, n: int = 1) -> None:
@@ -517,7 +525,7 @@ def test_cancel_stops_the_job_and_leaves_no_output(tmp_path: Path, media: dict[s
 
 def test_history_is_kept_bounded_and_goes_with_the_session(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(build_registry([*REGISTRY.values(), Invert]), work_dir=tmp_path / "work")
-    session = _session(studio)
+    session = _session(studio, uploads=media.values())
     for amount in (10, 20):
         studio.run_for(session, {"processors": ["invert"], "invert": {"amount": amount}}, str(media["photo"]), [], None)
     entries = session.history.entries()
