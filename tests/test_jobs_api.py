@@ -24,8 +24,8 @@ from processors import REGISTRY, build_registry
 from tests.test_webui import Invert
 from webui import server
 from webui.app import Studio, api_jobs
-from webui.studio import Policy
 from webui.jobs import JobQueue
+from webui.studio import Policy
 
 
 class Gate(FrameProcessor[ProcessorOptions]):

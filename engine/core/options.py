@@ -171,9 +171,7 @@ class OptionView:
         if self.shown.server:
             parts.append("the server's: web and API users cannot change it")
         if self.shown.file:
-            parts.append(
-                f"a path to {'an' if self.shown.file[0] in 'aeiou' else 'a'} {self.shown.file} file (web and API: an upload)"
-            )
+            parts.append(f"a path to the {self.shown.file} file (web and API: an upload)")
         if self.description:
             parts.append(self.description)
         return "; ".join(parts)
