@@ -97,9 +97,11 @@ def _gradio_user(scope: Scope, cookies: Mapping[str, str]) -> str | None:
 
 class FileGuard:
     """Which owners may use which files (absolute, resolved paths), and which Gradio sessions are whose;
-    thread-safe. The server's one record of ownership: every route and event asks it (`allows`)."""
+    thread-safe. The server's one record of ownership: every route and event asks it (`allows`). Files it lets go
+    of are deleted only inside Gradio's folder and `folders` (the studio's work folder): never anything else."""
 
-    def __init__(self) -> None:
+    def __init__(self, folders: Iterable[Path] = ()) -> None:
+        self.folders = tuple(dict.fromkeys(Path(os.path.realpath(f)) for f in folders))
         self._owners: dict[Path, set[str]] = {}
         self._sessions: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()
@@ -125,8 +127,8 @@ class FileGuard:
         return str(self.allow(owner, cached))
 
     def release(self, owner: Owner, paths: Iterable[Path | str]) -> None:
-        """`owner` no longer needs these files; each one nobody else holds is deleted (with the folders Gradio or
-        the upload made for it, once empty)."""
+        """`owner` no longer needs these files; each one nobody else holds is deleted when it is in Gradio's folder
+        or the guard's `folders` (with the folders Gradio or the upload made for it, once empty)."""
         gone = []
         with self._lock:
             for path in paths:
@@ -139,8 +141,9 @@ class FileGuard:
                     del self._owners[resolved]
                     gone.append(resolved)
         for path in gone:
-            path.unlink(missing_ok=True)
-            _remove_empty_parents(path.parent)
+            if any(path.is_relative_to(folder) for folder in (_gradio_folder(), *self.folders)):
+                path.unlink(missing_ok=True)
+                _remove_empty_parents(path.parent)
 
     def held_by(self, owner: Owner) -> list[Path]:
         with self._lock:

@@ -131,7 +131,7 @@ class Studio:
         # Not in Gradio's folder: nothing in it is reachable by URL until a handler shares it with its owner.
         self.work = work_dir or Path(tempfile.mkdtemp(prefix="facestudio-ui-"))
         self.work.mkdir(parents=True, exist_ok=True)
-        self.guard = FileGuard()
+        self.guard = FileGuard([self.work])
         self.policy = policy or Policy()
         self.line = RunQueue()
         self._sessions: dict[str, Session] = {}
