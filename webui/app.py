@@ -211,7 +211,8 @@ def launch(settings: UISettings, studio: Studio | None = None, *, block: bool = 
         studio.close()
         raise ServeError(f"port {settings.port} on {settings.host} could not be listened on: {exc}") from None
     if settings.share and not app.share_url:
-        app.close()
+        with contextlib.redirect_stdout(io.StringIO()):
+            app.close()
         raise ServeError(
             "no share link could be made (no network, or Gradio's share server is unreachable), so nothing is "
             "served: start without --share to serve on this machine or network only"

@@ -72,17 +72,17 @@ def routes(
     """The probe, metrics and jobs routes. `max_upload`: the largest file accepted, in bytes; `file_settings`: the
     settings that take a file ("lip_syncer.audio" …), each an optional upload field of the submit form."""
 
-    def login(credentials: Annotated[HTTPBasicCredentials | None, Depends(_basic)]) -> str | None:
-        """The login's user name (None when the server has no login); 401 without the right login."""
+    def login(request: Request, credentials: Annotated[HTTPBasicCredentials | None, Depends(_basic)]) -> None:
+        """401 without the right login (when the server has one); the login's user name is kept for the route."""
         if auth is None:
-            return None
+            return
         ok = credentials is not None and all(
             secrets.compare_digest(given.encode(), wanted.encode())
             for given, wanted in zip((credentials.username, credentials.password), auth, strict=True)
         )
         if not ok:
             raise HTTPException(401, "log in with the server's --auth user and password", {"WWW-Authenticate": "Basic"})
-        return credentials.username if credentials is not None else None
+        request.state.api_user = credentials.username if credentials is not None else None
 
     probes = APIRouter()
 
@@ -122,7 +122,6 @@ def routes(
         sources: Annotated[list[UploadFile] | None, File(description="source face images")] = None,
         preset: Annotated[str, Form(description="preset as TOML or JSON text; empty: the default")] = "",
         consent: Annotated[bool, Form(description="acknowledges the responsible-use notice; must be true")] = False,
-        user: Annotated[str | None, Depends(login)] = None,
     ) -> dict[str, str]:
         if not consent:
             raise HTTPException(403, "consent must be true: acknowledge the responsible-use notice")
@@ -151,6 +150,7 @@ def routes(
             count = 1 + len(sources or [])
             return saved[0], saved[1:count], names, dict(zip(given, saved[count:], strict=True))
 
+        user = getattr(request.state, "api_user", None)
         client = f"user:{user}" if user else f"address:{request.client.host if request.client else ''}"
         try:
             record = await run_in_threadpool(jobs.submit, parse_preset_text(preset), save, client)
