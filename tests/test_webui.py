@@ -273,8 +273,14 @@ def test_cells_follow_the_option_metadata(ui: tuple[str, Studio]) -> None:
         if c.get("props", {}).get("label") in {"pixel boost (px)", "poisson", "reshape", "fidelity"}
     }
     assert visible == {"pixel boost (px)": False, "poisson": True, "reshape": True, "fidelity": False}
-    # The job's runtime settings have their own cell, and each processor's backend says what it overrides.
-    assert _component(config, "device")["type"] == "dropdown"
+    # The job's runtime settings have their own cell, and each processor's backend says what it overrides; the
+    # server's settings (device, threads, the frame size cap) have no widget: they are its operator's.
+    assert _component(config, "batch")["type"] == "dropdown"
+    labels = {c.get("props", {}).get("label") for c in config["components"]}
+    assert not labels & {"device", "threads", "max pixels (pixels)", "segment frames (frames)", "offline"}
+    # A setting that names a file is an upload of the user's own (the lip syncer's speech: a file or the microphone).
+    audio = next(c for c in config["components"] if str(c.get("props", {}).get("label")).startswith("audio:"))
+    assert audio["type"] == "audio" and audio["props"]["sources"] == ["upload", "microphone"]
     backends = [c for c in config["components"] if c.get("props", {}).get("label") == "backend"]
     assert any(["the job's (auto)", "job"] in b["props"]["choices"] for b in backends)
 
