@@ -198,6 +198,29 @@ def test_refusals_are_4xx_with_one_line(api, media, preset: str, form: dict, cod
     assert not list(jobs.folder.iterdir())  # nothing was stored for a refused job
 
 
+def test_one_client_may_have_its_share_of_jobs_at_once(tmp_path: Path, media) -> None:
+    Gate.gate.clear()
+    Gate.waiting.clear()
+    studio = Studio(build_registry([*REGISTRY.values(), Gate]), work_dir=tmp_path / "work", policy=Policy())
+    jobs = api_jobs(studio, tmp_path / "jobs", max_queued=8)
+    jobs.start()
+    client = TestClient(FastAPI(routes=server.routes(jobs, Readiness(studio.registry), auth=None, max_upload=1 << 20)))
+    try:
+        held = [submit(client, media["photo"], GATED).json() for _ in range(2)]  # the default: two per client
+        refused = submit(client, media["photo"], GATED)
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "30"
+        assert refused.json()["detail"] == (
+            "you have 2 job(s) waiting or running, the most this server takes from one client "
+            "(ui --jobs-per-user 2); try again when one has finished"
+        )
+        Gate.gate.set()
+        assert [finished(client, job)["status"] for job in held] == ["done", "done"]
+        assert submit(client, media["photo"], GATED).status_code == 202  # its jobs ended: its share is free again
+    finally:
+        Gate.gate.set()
+        jobs.stop()
+
+
 def test_a_failing_job_says_why(api, media) -> None:
     client, _ = api
     job = submit(client, media["photo"], '{"processors": ["face_swapper"]}').json()

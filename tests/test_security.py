@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -371,6 +372,32 @@ def test_limits_a_user_can_exhaust_each_say_which(tmp_path: Path) -> None:
         studio.run_for(session, raw, str(clip), [], None)
 
 
+def test_live_streams_are_one_per_session_and_at_most_the_servers_limit(tmp_path: Path) -> None:
+    from webui.live_rtc import LiveHub
+
+    studio = Studio(build_registry([*REGISTRY.values(), Invert]), work_dir=tmp_path / "work")
+    hub = LiveHub(studio, max_streams=1)
+    mine, theirs = (studio.session(owner_from({COOKIE: c * 64}, None)) for c in "ab")
+    photo = tmp_path / "face.png"
+    _write_photo(photo)
+    studio.guard.allow(mine.owner, photo)
+    invert = {"processors": ["invert"]}
+    try:
+        first = hub.open(mine, invert, [str(photo)], fps=15)
+        again = hub.open(mine, invert, [str(photo)], fps=15)  # a new Start replaces the session's own stream
+        assert hub.of(mine) is again and again is not first
+        with pytest.raises(InvalidInput, match=r"at most 1 at once, ui --live-streams\)"):
+            hub.open(theirs, invert, [], fps=15)
+        hub.max_streams = 2
+        with pytest.raises(InvalidInput, match="face.png is not a file you uploaded"):
+            hub.open(theirs, invert, [str(photo)], fps=15)  # her source photo is not theirs to stream with
+        with pytest.raises(InvalidInput, match="runtime.threads is the server's to set"):
+            hub.open(theirs, {**invert, "runtime": {"threads": 64}}, [], fps=15)
+        assert hub.of(theirs) is None
+    finally:
+        hub.close()
+
+
 def test_the_guard_deletes_only_inside_the_servers_folders(tmp_path: Path) -> None:
     outside = tmp_path / "outside.png"
     outside.write_bytes(b"keep me")
@@ -496,3 +523,40 @@ def test_launch_refuses_a_taken_port_before_making_anything(tmp_path: Path) -> N
         taken.listen()
         with pytest.raises(ServeError, match="is in use"):
             launch(UISettings(port=taken.getsockname()[1]), Studio(work_dir=tmp_path / "work"), block=False)
+
+
+def test_the_security_page_matches_the_route_table_and_names_real_tests() -> None:
+    page = (ROOT / "docs" / "SECURITY.md").read_text(encoding="utf-8")
+    rows = [f"| `{path}` | {door.check} | {door.touches} |" for path, door in access.ROUTES.items()]
+    table = page.split("<!-- generated from webui/access.py's ROUTES", 1)[1].split("\n\n", 1)[0]
+    assert [line for line in table.splitlines() if line.startswith("| `")] == rows, "regenerate the table"
+    named = set(re.findall(r"tests/(test_\w+)\.py::(test_\w+)", page))
+    assert len(named) > 20
+    for module, test in named:
+        source = (ROOT / "tests" / f"{module}.py").read_text(encoding="utf-8")
+        assert f"def {test}(" in source, f"{module}.py has no {test}"
+
+
+def test_the_page_asks_nothing_of_another_site(served: Served) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("needs a chromium binary (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    elsewhere: list[str] = []
+    failed: list[tuple[int, str]] = []
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=flags)
+        page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+        page.on(
+            "request", lambda r: None if r.url.startswith((served.url, "data:", "blob:")) else elsewhere.append(r.url)
+        )
+        page.on("response", lambda r: failed.append((r.status, r.url)) if r.status >= 400 else None)
+        page.goto(served.url)
+        page.wait_for_selector("#run")
+        page.get_by_text("Runtime: backend, precision, batch").click()
+        page.get_by_role("tab", name="History").click()  # a tab rendered on demand: its request and files too
+        page.get_by_text("No finished jobs yet").wait_for()
+        browser.close()
+    assert elsewhere == [] and failed == []

@@ -555,9 +555,11 @@ def test_a_forged_cookie_or_login_never_names_a_folder(tmp_path: Path) -> None:
     assert owner_from({COOKIE: "x" * 10}, None) is None
     with pytest.raises(InvalidInput, match="sent no session cookie"):
         studio.session(None)
-    login = owner_from({}, "../../etc")
-    assert isinstance(login, Owner) and login.id.isalnum() and login.label == "../../etc"
+    login = owner_from({COOKIE: "a" * 64}, "../../etc")
+    assert isinstance(login, Owner) and login.id.isalnum() and login.label == "../../etc (this browser)"
     assert studio.session(login).folder.parent == studio.work
+    # One login shared by collaborators: each browser is an owner of its own; a login without the cookie is none.
+    assert owner_from({COOKIE: "b" * 64}, "../../etc") != login and owner_from({}, "../../etc") is None
 
 
 def test_models_cell_downloads_with_progress(server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

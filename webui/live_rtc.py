@@ -12,7 +12,7 @@ Gradio's on the same port.
 
 What the studio guards holds here too: a stream is opened only by the Live tab's Start (webui/live.py), which
 refuses without the consent tick; Start gives the page a one-time secret (the stream's token) that `/live/offer`
-accepts from the same owner only (the same login, or the same browser's owner cookie; with a login, a request
+accepts from the same owner only (the same browser's owner cookie, and the same login with one; with a login, a request
 without it gets 401), and another session's token is answered 404 like an unknown one. Every stream has its own
 loop, renderer (tracker) and result track: nothing one session sends reaches another. A stream is built with the
 session's `Access` (its own source photos and reference face, the server's settings: engine/serve/service.py), and
@@ -410,7 +410,7 @@ class LiveHub:
             if len(self._streams) >= self.max_streams:
                 raise InvalidInput(
                     f"the server is already streaming for {len(self._streams)} sessions (at most "
-                    f"{self.max_streams} at once); try again when one has stopped"
+                    f"{self.max_streams} at once, ui --live-streams); try again when one has stopped"
                 )
         with self.service.model_lock.brief():
             renderer = self.service.live_renderer(

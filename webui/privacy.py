@@ -1,9 +1,10 @@
 """Who is asking, and which files they may have (docs/SECURITY.md).
 
-**Owners.** The logged-in user (`user:NAME`) when the app has a login; otherwise the browser: a random secret in
-the `facestudio-owner` cookie (HttpOnly, SameSite=Lax), set on the first answer to a client that has none.
-Gradio's own client keeps the cookies of its first request, so scripts get one too. Folders, history and logs use
-a hash of the secret (`Owner.id`), never the secret.
+**Owners.** A browser: a random secret in the `facestudio-owner` cookie (HttpOnly, SameSite=Lax), set on the first
+answer to a client that has none; with a login (`--auth`), the login *and* the browser. One login is often shared
+by the collaborators an operator gives it to: each of their browsers is still an owner of its own, so none reads
+another's uploads or results. Gradio's own client keeps the cookies of its first request, so scripts get one too.
+Folders, history and logs use a hash of the secret (`Owner.id`), never the secret.
 
 **Files are owned, not named.** `FileGuard` is the server's record of which owner may use which file: an upload
 is registered to its uploader as it is stored (`upload_route`), a result when a handler `share`s it. A path is
@@ -74,12 +75,14 @@ class Owner:
 
 
 def owner_from(cookies: Mapping[str, str], username: str | None) -> Owner | None:
-    """The owner of a request with these cookies and (when the app has a login) this logged-in user."""
-    if username:
-        return Owner("u" + hashlib.sha256(username.encode()).hexdigest()[:24], username)
+    """The owner of a request with these cookies and (when the app has a login) this logged-in user: its browser
+    (the owner cookie's secret), and its login too when there is one. None without a well-formed owner cookie."""
     secret = cookies.get(COOKIE, "")
     if len(secret) < 32 or not secret.isalnum():
         return None
+    if username:
+        digest = hashlib.sha256(f"{username}\0{secret}".encode()).hexdigest()[:24]
+        return Owner("u" + digest, f"{username} (this browser)")
     return Owner("b" + hashlib.sha256(secret.encode()).hexdigest()[:24], "this browser")
 
 
@@ -244,7 +247,7 @@ class PrivateFiles:
         cookies = dict(connection.cookies)
         new_secret = None
         user = _gradio_user(scope, cookies)
-        if user is None and owner_from(cookies, None) is None:
+        if owner_from(cookies, None) is None:
             new_secret = secrets.token_hex(32)
             cookies[COOKIE] = new_secret
         owner = owner_from(cookies, user)

@@ -1,6 +1,6 @@
-"""The studio's state behind the page: one session per owner (a login, or a browser), each with its own folder,
-names, history and cancel flag; jobs run through the engine service one at a time in a fair line (UI runs and
-jobs-API jobs alike); previews and face pictures made as files only their owner may fetch.
+"""The studio's state behind the page: one session per owner (a browser, with its login when the app has one),
+each with its own folder, names, history and cancel flag; jobs run through the engine service one at a time in a
+fair line (UI runs and jobs-API jobs alike); previews and face pictures made as files only their owner may fetch.
 
 Nothing a user sees names a server path: outputs are named after the user's own file names, sidecars and
 messages have server paths replaced by the names the user knows (webui/names.py).
