@@ -452,6 +452,20 @@ def test_refused_and_abandoned_uploads_leave_no_file(served: Served) -> None:
     assert _files_now(served.temp) == before
 
 
+def test_an_event_leaves_no_file_but_what_it_gives_its_caller(served: Served) -> None:
+    owner = owner_from({COOKIE: served.a.cookies[COOKIE]}, None)
+    before = _files_now(served.temp)
+    # Events that take uploads (Gradio's File made an empty file in its folder for each, every time).
+    output, sidecar, _ = _call(
+        served.a, served.url, "run", [_file(served.upload), [], '{"processors": ["invert"]}', True]
+    )
+    events = {e.get("api_name"): e for e in _events(served)}
+    _call(served.a, served.url, "on_target_1", [_file(served.upload)]) if "on_target_1" in events else None
+    made = {p for p in _files_now(served.temp) - before if p.is_file()}
+    assert {Path(output["path"]), Path(sidecar["path"])} <= made
+    assert all(served.studio.guard.allows(owner, p) for p in made), made - set(served.studio.guard.held_by(owner))
+
+
 def _wait_until(done: Any, seconds: float = 10.0) -> None:
     import time
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio import utils as gradio_utils
 from starlette.middleware import Middleware
 
 from engine.core.errors import FacestudioError, InvalidInput
@@ -223,6 +224,9 @@ def launch(settings: UISettings, studio: Studio | None = None, *, block: bool = 
 
 
 def _remove_gradio_leftovers() -> None:
-    """Gradio makes an (empty) folder for a code editor the app never enables: removed as the server stops."""
-    with contextlib.suppress(OSError):
-        (Path(tempfile.gettempdir()) / "gradio" / "vibe_edit_history").rmdir()
+    """Gradio makes an (empty) folder for a code editor the app never enables, and its own folder: removed as the
+    server stops when nothing is left in them (another server's files keep them)."""
+    folder = Path(gradio_utils.get_upload_folder())
+    for empty in (folder / "vibe_edit_history", folder):
+        with contextlib.suppress(OSError):
+            empty.rmdir()

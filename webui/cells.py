@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from engine.core.options import OptionView
 from engine.job.settings import SETTINGS_GROUPS, Preset
+from webui import uploads
 
 ENABLE = "enable"  # the group of the processor toggles: (ENABLE, processor id)
 BACKEND = "backend"  # the group of the per-processor backend choices: (BACKEND, processor id)
@@ -149,9 +150,8 @@ def widget(view: OptionView, value: Any, choices: Sequence[tuple[str, Any]] | No
         titled = {"label": f"{label(view)}: {view.description}" if view.description else label(view)}
         if view.shown.file == "audio":
             return gr.Audio(value=value, type="filepath", sources=["upload", "microphone"], **titled)
-        if view.shown.file == "image":
-            return gr.Image(value=value, type="filepath", sources=["upload"], **titled)
-        return gr.File(value=value, file_types=[view.shown.file], **titled)
+        # Not gr.Image: its input processing re-saves the picture, and the job would get a copy that is no upload.
+        return uploads.File(value=value, file_types=[view.shown.file], **titled)
     if view.kind == "number" and not view.optional:
         # No bounds here: the settings model checks them, with a message naming the setting.
         return gr.Number(value=value, precision=0 if view.integer else None, **common)

@@ -12,7 +12,7 @@ from engine import media as video
 from engine.core.errors import FacestudioError
 from engine.core.options import describe
 from engine.job.settings import FacesSettings, Preset
-from webui import cells
+from webui import cells, uploads
 from webui.parts import Page
 from webui.studio import user_message
 
@@ -26,7 +26,7 @@ class Inputs:
 
     def build(self, default: Preset) -> None:
         settings = self.page.settings
-        self.sources = gr.File(
+        self.sources = uploads.File(
             label="source face photos", file_count="multiple", file_types=["image"], height=120, elem_id="sources"
         )
         self.source_status = gr.Markdown("**Source faces** — add one or more photos of the face to put in",
@@ -35,7 +35,7 @@ class Inputs:
             label="source faces", columns=5, height=118, allow_preview=False, object_fit="contain",
             elem_id="source-faces", show_label=False, fit_columns=False,
         )  # fmt: skip
-        self.target = gr.File(
+        self.target = uploads.File(
             label="target image or video", file_types=["image", "video"], height=110, elem_id="target"
         )
         self.target_image = gr.Image(

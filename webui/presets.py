@@ -11,6 +11,7 @@ import gradio as gr
 from engine.core.errors import FacestudioError
 from engine.job.settings import Preset, load_preset_raw, preset_names, save_user_preset
 from engine.serve.service import server_settings
+from webui import uploads
 from webui.jobs import parse_preset_text
 from webui.parts import Page
 from webui.studio import user_message
@@ -30,7 +31,7 @@ class PresetsRow:
             )
             with gr.Column(scale=2, min_width=90):
                 self.load = gr.Button("Load", size="sm", elem_id="preset-load")
-                self.upload = gr.UploadButton(
+                self.upload = uploads.UploadButton(
                     "Open file…", file_types=[".toml", ".json"], size="sm", elem_id="preset-open"
                 )
         with gr.Row(equal_height=False):
