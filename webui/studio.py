@@ -75,8 +75,8 @@ class Policy:
     """What users of this server may have (set at launch, docs/SECURITY.md). `server`: the operator's values of
     the server's settings (group → field → value), applied to every user job; `max_frames`: frames a job may
     render (None: any); `jobs_per_user`: runs one session (or jobs-API client) may have waiting or running at
-    once; `disk_per_user`: bytes one session may keep (its uploads, results and previews) before new uploads and
-    runs are refused (None: no limit)."""
+    once; `disk_per_user`: bytes one session may keep (its uploads, results and previews) before its new runs are
+    refused (None: no limit)."""
 
     server: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     max_frames: int | None = None
