@@ -183,6 +183,19 @@ def test_every_event_refuses_another_sessions_upload_and_result_and_makes_nothin
     assert posted.status_code == 200 and run["id"] >= 0
 
 
+def test_a_path_typed_where_a_setting_holds_a_file_shows_and_copies_nothing(served: Served) -> None:
+    # The reference face's hidden textbox is the browser's to send: its picture follows it only for the session's
+    # own files (it would have copied any file Gradio may serve into its cache, and said whether it exists).
+    other = _clients(served)["another session"]
+    before = _files_now(served.temp)
+    for path in (served.result, served.upload, "/etc/hostname", str(served.studio.work)):
+        (picture,) = _call(other, served.url, "on_reference", [path])
+        assert (picture["value"], picture["visible"]) == (None, False), path
+    assert _files_now(served.temp) == before
+    (own,) = _call(served.a, served.url, "on_reference", [served.result])
+    assert own["visible"] is True and own["value"]["path"] == served.result
+
+
 def test_an_upload_or_result_is_fetched_by_its_owner_alone_through_every_file_route(served: Served) -> None:
     routes = [r for r in access.served_routes(served.app.server_app) if r.door.check == "file"]
     assert {r.path for r in routes} == {"/gradio_api/file={path_or_url:path}", "/gradio_api/file/{path:path}"}
