@@ -49,7 +49,7 @@ class LipSyncerOptions(ProcessorOptions):
         description="Wav2Lip model (download, non-commercial); the GAN one gives the better-looking mouth",
         json_schema_extra=lambda schema: schema.update(enum=_model_ids()),
     )
-    audio: Path | None = Field(
+    audio: Annotated[Path | None, Shown(file="audio")] = Field(
         default=None, description="speech to sync the lips to (any file ffmpeg reads); empty: the target's own audio"
     )
     blend: Annotated[int, Shown(unit="%")] = Field(

@@ -25,6 +25,7 @@ from tests.test_webui import Invert
 from webui import server
 from webui.app import Studio, api_jobs
 from webui.jobs import JobQueue
+from webui.studio import Policy
 
 
 class Gate(FrameProcessor[ProcessorOptions]):
@@ -51,7 +52,8 @@ def api(tmp_path: Path) -> Iterator[tuple[TestClient, JobQueue]]:
     """A client of the routes with a running jobs worker (two jobs may wait; 200 kB uploads)."""
     Gate.gate.clear()
     Gate.waiting.clear()
-    studio = Studio(build_registry([*REGISTRY.values(), Invert, Gate]), work_dir=tmp_path / "work")
+    registry = build_registry([*REGISTRY.values(), Invert, Gate])
+    studio = Studio(registry, work_dir=tmp_path / "work", policy=Policy(jobs_per_user=8))
     jobs = api_jobs(studio, tmp_path / "jobs", max_queued=2)
     jobs.start()
     routes = server.routes(jobs, Readiness(studio.registry), auth=None, max_upload=200_000)
@@ -171,15 +173,21 @@ def test_a_full_queue_refuses_and_a_queued_job_cancels_at_once(api, media) -> No
             '{"processors": ["face_swapper"], "faces": {"selector": "reference", "reference_image": "/etc/hostname"}}',
             {},
             400,
-            "the jobs API takes no faces.reference_image",
+            "faces.reference_image takes a file you uploaded to this server",
+        ),
+        (
+            '{"processors": ["invert"], "lip_syncer": {"audio": "/etc/hostname"}}',
+            {},
+            400,
+            "lip_syncer.audio takes a file you uploaded to this server",
         ),
         (
             '{"processors": ["invert"], "runtime": {"batch": 2, "max_pixels": 1000000000000, "threads": 64}}',
             {},
             400,
-            "the jobs API does not take runtime.max_pixels, runtime.threads: the server decides them",
+            "runtime.threads, runtime.max_pixels are the server's to set",
         ),
-        ('{"processors": ["invert"], "video": {"segment_frames": 1}}', {}, 400, "does not take video.segment_frames"),
+        ('{"processors": ["invert"], "video": {"segment_frames": 1}}', {}, 400, "video.segment_frames is the server's"),
     ],
 )
 def test_refusals_are_4xx_with_one_line(api, media, preset: str, form: dict, code: int, detail: str) -> None:
@@ -188,6 +196,29 @@ def test_refusals_are_4xx_with_one_line(api, media, preset: str, form: dict, cod
     assert response.status_code == code
     assert detail in response.json()["detail"] and "\n" not in response.json()["detail"]
     assert not list(jobs.folder.iterdir())  # nothing was stored for a refused job
+
+
+def test_one_client_may_have_its_share_of_jobs_at_once(tmp_path: Path, media) -> None:
+    Gate.gate.clear()
+    Gate.waiting.clear()
+    studio = Studio(build_registry([*REGISTRY.values(), Gate]), work_dir=tmp_path / "work", policy=Policy())
+    jobs = api_jobs(studio, tmp_path / "jobs", max_queued=8)
+    jobs.start()
+    client = TestClient(FastAPI(routes=server.routes(jobs, Readiness(studio.registry), auth=None, max_upload=1 << 20)))
+    try:
+        held = [submit(client, media["photo"], GATED).json() for _ in range(2)]  # the default: two per client
+        refused = submit(client, media["photo"], GATED)
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "30"
+        assert refused.json()["detail"] == (
+            "you have 2 job(s) waiting or running, the most this server takes from one client "
+            "(ui --jobs-per-user 2); try again when one has finished"
+        )
+        Gate.gate.set()
+        assert [finished(client, job)["status"] for job in held] == ["done", "done"]
+        assert submit(client, media["photo"], GATED).status_code == 202  # its jobs ended: its share is free again
+    finally:
+        Gate.gate.set()
+        jobs.stop()
 
 
 def test_a_failing_job_says_why(api, media) -> None:

@@ -172,6 +172,8 @@ def test_a_preview_during_a_run_comes_after_one_batch_not_after_the_run(
     # One frame per batch, and the preview shares the run's runtime (the same settings) and its face analyser.
     raw = {"processors": ["face_swapper"], "runtime": {"batch": 1}}
     source = str(demo.source_photo())
+    for upload in (clip, source):  # the session's own files, as if it had uploaded them
+        studio.guard.allow(session.owner, upload)
     asking = _Asking(lambda: studio.preview(session, raw, str(clip), [source], 3), studio.service.model_lock)
     render = studio.service.preview
 
@@ -204,6 +206,8 @@ def test_a_people_scan_during_a_run_goes_between_its_batches_sample_by_sample(tm
     other = demo.make_clip(tmp_path / "other.mp4", 160, 90, 12)
     studio = Studio(work_dir=tmp_path / "work")
     session = studio.session(owner_from({COOKIE: "a" * 64}, None))
+    for upload in (clip, demo.source_photo()):  # the session's own files, as if it had uploaded them
+        studio.guard.allow(session.owner, upload)
     raw = {"processors": ["face_swapper"], "runtime": {"batch": 1}}
     lock = studio.service.model_lock
     frames_at_turns: list[int] = []

@@ -49,6 +49,8 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     page = Page(studio)
     page.build()
     request = _Request("d" * 64)
+    for upload in (pair["target"], pair["astronaut"]):  # the session's own files, as if it had uploaded them
+        studio.guard.allow(page.session(request).owner, upload)
     preset = Preset.parse({"processors": ["face_swapper"], "faces": {"selector": "map"}}, studio.registry)
     values = page.settings.values_from(preset)
     heard = Values(values)  # what the page's session state holds for these widgets

@@ -35,7 +35,7 @@ from webui.page import Page
 from webui.privacy import COOKIE, Owner, owner_from
 from webui.run import RunState
 from webui.schedule import RunQueue, Ticket
-from webui.studio import user_message
+from webui.studio import Policy, user_message
 
 
 def free_port() -> int:
@@ -273,8 +273,14 @@ def test_cells_follow_the_option_metadata(ui: tuple[str, Studio]) -> None:
         if c.get("props", {}).get("label") in {"pixel boost (px)", "poisson", "reshape", "fidelity"}
     }
     assert visible == {"pixel boost (px)": False, "poisson": True, "reshape": True, "fidelity": False}
-    # The job's runtime settings have their own cell, and each processor's backend says what it overrides.
-    assert _component(config, "device")["type"] == "dropdown"
+    # The job's runtime settings have their own cell, and each processor's backend says what it overrides; the
+    # server's settings (device, threads, the frame size cap) have no widget: they are its operator's.
+    assert _component(config, "batch")["type"] == "dropdown"
+    labels = {c.get("props", {}).get("label") for c in config["components"]}
+    assert not labels & {"device", "threads", "max pixels (pixels)", "segment frames (frames)", "offline"}
+    # A setting that names a file is an upload of the user's own (the lip syncer's speech: a file or the microphone).
+    audio = next(c for c in config["components"] if str(c.get("props", {}).get("label")).startswith("audio:"))
+    assert audio["type"] == "audio" and audio["props"]["sources"] == ["upload", "microphone"]
     backends = [c for c in config["components"] if c.get("props", {}).get("label") == "backend"]
     assert any(["the job's (auto)", "job"] in b["props"]["choices"] for b in backends)
 
@@ -342,13 +348,17 @@ def _request(cookie: str) -> Any:
     return _Request(cookie)
 
 
-def _session(studio: Studio, cookie: str = "a" * 64) -> Any:
-    return studio.session(owner_from({COOKIE: cookie}, None))
+def _session(studio: Studio, cookie: str = "a" * 64, uploads: Any = ()) -> Any:
+    """The session of this cookie's browser, holding `uploads` as its own (as if it had uploaded them)."""
+    session = studio.session(owner_from({COOKIE: cookie}, None))
+    for path in uploads:
+        studio.guard.allow(session.owner, path)
+    return session
 
 
 def test_preview_is_the_run_path_and_numbers_the_faces(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
+    session = _session(studio, uploads=media.values())
     raw = {"processors": ["face_swapper"]}
     preview = studio.preview(session, raw, str(media["photo"]), [str(media["source"])], 0)
     report, entry = studio.run_for(session, raw, str(media["photo"]), [str(media["source"])], None)
@@ -369,18 +379,22 @@ def test_preview_is_the_run_path_and_numbers_the_faces(tmp_path: Path, media: di
 
 
 def test_a_preview_over_max_pixels_is_refused_like_a_run(tmp_path: Path, media: dict[str, Path]) -> None:
-    studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
-    raw = {"processors": ["frame_enhancer"], "runtime": {"max_pixels": 1000}}
-    with pytest.raises(InvalidInput, match=r"photo.png is 512×512 = 262144 pixels, above runtime.max_pixels=1000"):
+    studio = Studio(work_dir=tmp_path / "work", policy=Policy(server={"runtime": {"max_pixels": 1000}}))
+    session = _session(studio, uploads=media.values())
+    raw = {"processors": ["frame_enhancer"]}
+    with pytest.raises(InvalidInput, match=r"photo.png is 512×512 = 262144 pixels, above runtime.max_pixels=1000") as e:
         studio.preview(session, raw, str(media["photo"]), [], 0)
+    # The user cannot raise the server's limit, and is not told to.
+    assert user_message(e.value, session.names).endswith(
+        "scale it down first (this server's limit: its operator sets it, `ui --max-pixels`)"
+    )
 
 
 def test_faces_of_a_source_without_a_face_are_reported_at_once(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
     blank = tmp_path / "empty wall.png"
     video.write_image(blank, np.full((200, 200, 3), 120, np.uint8))
+    session = _session(studio, uploads=[*media.values(), blank])
     from engine.job.settings import FacesSettings
 
     pictures, problems = studio.source_faces(session, [str(media["source"]), str(blank)], FacesSettings())
@@ -395,7 +409,7 @@ def test_faces_of_a_source_without_a_face_are_reported_at_once(tmp_path: Path, m
 
 def test_a_picked_face_becomes_the_reference_and_is_shown(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
+    session = _session(studio, uploads=media.values())
     preview = studio.preview(session, {"processors": ["face_swapper"]}, str(media["photo"]), [str(media["source"])], 0)
     reference = studio.reference_from(session, preview.faces[0])
     assert studio.guard.allows(session.owner, Path(reference).resolve())
@@ -415,7 +429,7 @@ def test_messages_and_sidecars_name_files_as_the_user_knows_them(tmp_path: Path,
     assert plain_name("../../my holiday (1).MP4") == "my_holiday_1.MP4"
     assert output_name("holiday.mp4", ".mp4", {"holiday-facestudio.mp4"}) == "holiday-facestudio-2.mp4"
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
+    session = _session(studio, uploads=media.values())
     report, _ = studio.run_for(
         session, {"processors": ["face_swapper"]}, str(media["photo"]), [str(media["source"])], None
     )
@@ -502,7 +516,7 @@ def test_run_state_says_stage_frames_fps_and_eta() -> None:
 
 def test_cancel_stops_the_job_and_leaves_no_output(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
+    session = _session(studio, uploads=media.values())
 
     class PressCancel(RunState):
         def advance(self, n: int = 1) -> None:
@@ -517,7 +531,7 @@ def test_cancel_stops_the_job_and_leaves_no_output(tmp_path: Path, media: dict[s
 
 def test_history_is_kept_bounded_and_goes_with_the_session(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(build_registry([*REGISTRY.values(), Invert]), work_dir=tmp_path / "work")
-    session = _session(studio)
+    session = _session(studio, uploads=media.values())
     for amount in (10, 20):
         studio.run_for(session, {"processors": ["invert"], "invert": {"amount": amount}}, str(media["photo"]), [], None)
     entries = session.history.entries()
@@ -541,9 +555,11 @@ def test_a_forged_cookie_or_login_never_names_a_folder(tmp_path: Path) -> None:
     assert owner_from({COOKIE: "x" * 10}, None) is None
     with pytest.raises(InvalidInput, match="sent no session cookie"):
         studio.session(None)
-    login = owner_from({}, "../../etc")
-    assert isinstance(login, Owner) and login.id.isalnum() and login.label == "../../etc"
+    login = owner_from({COOKIE: "a" * 64}, "../../etc")
+    assert isinstance(login, Owner) and login.id.isalnum() and login.label == "../../etc (this browser)"
     assert studio.session(login).folder.parent == studio.work
+    # One login shared by collaborators: each browser is an owner of its own; a login without the cookie is none.
+    assert owner_from({COOKIE: "b" * 64}, "../../etc") != login and owner_from({}, "../../etc") is None
 
 
 def test_models_cell_downloads_with_progress(server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,9 @@
 """Settings widgets generated from the settings models (a processor's `Options`, the faces, video and runtime
 groups) through `engine.core.options`: a closed set is a dropdown, a bounded number a slider with its unit, and an
 option shows only while it applies (its `Shown.when`/`unless`), so a new option or processor needs no UI code.
+The same metadata says what a web user may set (docs/SECURITY.md): the server's settings (`Shown.server`) get no
+widget, and a setting that names a file (`Shown.file`) gets an upload control — the microphone too for audio —
+whose value is the user's own upload, never a typed path.
 
 `Settings` keeps every widget in one order and turns their values into a preset mapping and back; `Values` is a
 browser session's copy of what they hold, kept on the server, so a change sends its cell's values, not all of them.
@@ -18,6 +21,7 @@ from pydantic import BaseModel
 
 from engine.core.options import OptionView
 from engine.job.settings import SETTINGS_GROUPS, Preset
+from webui import uploads
 
 ENABLE = "enable"  # the group of the processor toggles: (ENABLE, processor id)
 BACKEND = "backend"  # the group of the per-processor backend choices: (BACKEND, processor id)
@@ -112,6 +116,8 @@ class Settings:
             elif entry.group == BACKEND:
                 options = preset.options.get(entry.name)
                 values.append((options.backend if options else None) or JOB_BACKEND)
+            elif entry.view is not None and entry.view.shown.file:
+                values.append(None)  # a file is the session's upload, never part of a preset
             elif entry.group in SETTINGS_GROUPS:
                 values.append(shown_value(getattr(getattr(preset, entry.group), entry.name)))
             else:
@@ -140,6 +146,12 @@ def widget(view: OptionView, value: Any, choices: Sequence[tuple[str, Any]] | No
         return gr.Checkbox(value=bool(value), **common)
     if view.kind == "slider":
         return gr.Slider(minimum=view.low, maximum=view.high, step=view.step, value=value, **common)
+    if view.shown.file:  # upload controls have no info line: their label says it all
+        titled = {"label": f"{label(view)}: {view.description}" if view.description else label(view)}
+        if view.shown.file == "audio":
+            return gr.Audio(value=value, type="filepath", sources=["upload", "microphone"], **titled)
+        # Not gr.Image: its input processing re-saves the picture, and the job would get a copy that is no upload.
+        return uploads.File(value=value, file_types=[view.shown.file], **titled)
     if view.kind == "number" and not view.optional:
         # No bounds here: the settings model checks them, with a message naming the setting.
         return gr.Number(value=value, precision=0 if view.integer else None, **common)
@@ -183,10 +195,12 @@ def add_group(
     skip: frozenset[str] = frozenset(),
 ) -> dict[str, gr.Component]:
     """The widgets of one settings group, in declaration order (advanced ones folded away at the end), added to
-    `settings`; each shows only while it applies (see `wire_visibility`). Returns name → component."""
+    `settings`; each shows only while it applies (see `wire_visibility`). The server's settings get none: a web
+    user may not set them. Returns name → component."""
     made: dict[str, gr.Component] = {}
-    plain = [v for v in views if not v.shown.advanced and v.name not in skip]
-    advanced = [v for v in views if v.shown.advanced and v.name not in skip]
+    for_users = [v for v in views if not v.shown.server and v.name not in skip]  # the server's are its operator's
+    plain = [v for v in for_users if not v.shown.advanced]
+    advanced = [v for v in for_users if v.shown.advanced]
     for view in plain:
         made[view.name] = settings.add(
             group, view.name, widget(view, shown_value(getattr(options, view.name)), choices_for(view)), view

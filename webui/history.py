@@ -1,5 +1,5 @@
 """A session's finished jobs: what the History tab lists, kept on disk in the owner's folder so a page reload (same
-login, or same browser) finds them again, and removed with the owner's files."""
+browser, and its login with one) finds them again, and removed with the owner's files."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ class HistoryTab:
     def build(self, tab: gr.Tab) -> None:
         self.version = gr.State(0)
         with gr.Row():
-            gr.Markdown("Finished jobs of this session (this login, or this browser), newest first.")
+            gr.Markdown("Finished jobs of this session (this browser), newest first.")
             self.clear = gr.Button("Delete all", size="sm", scale=0, min_width=100, elem_id="history-clear")
 
         # Rendered when the tab is opened (not with the page: a first load stays light) and after each change.

@@ -12,7 +12,7 @@ from engine import media as video
 from engine.core.errors import FacestudioError
 from engine.core.options import describe
 from engine.job.settings import FacesSettings, Preset
-from webui import cells
+from webui import cells, uploads
 from webui.parts import Page
 from webui.studio import user_message
 
@@ -26,7 +26,7 @@ class Inputs:
 
     def build(self, default: Preset) -> None:
         settings = self.page.settings
-        self.sources = gr.File(
+        self.sources = uploads.File(
             label="source face photos", file_count="multiple", file_types=["image"], height=120, elem_id="sources"
         )
         self.source_status = gr.Markdown("**Source faces** — add one or more photos of the face to put in",
@@ -35,7 +35,7 @@ class Inputs:
             label="source faces", columns=5, height=118, allow_preview=False, object_fit="contain",
             elem_id="source-faces", show_label=False, fit_columns=False,
         )  # fmt: skip
-        self.target = gr.File(
+        self.target = uploads.File(
             label="target image or video", file_types=["image", "video"], height=110, elem_id="target"
         )
         self.target_image = gr.Image(
@@ -90,10 +90,7 @@ class Inputs:
                 self.on_pick, [self.face_paths], [self.reference, self.reference_picture, self.selector], queue=False
             )
         )
-        self.reference.change(
-            lambda path: gr.update(value=path or None, visible=bool(path)), [self.reference], [self.reference_picture],
-            queue=False,
-        )  # fmt: skip
+        self.reference.change(self.on_reference, [self.reference], [self.reference_picture], queue=False)
 
     # -- events -------------------------------------------------------------------------------------------------
     def on_target(self, path: str | None, request: gr.Request) -> tuple[Any, ...]:
@@ -148,6 +145,12 @@ class Inputs:
         if len(pictures) > 1:
             return pictures, f"{heading} — {len(pictures)} photos: their faces are averaged into one identity"
         return pictures, f"{heading} — the face that will be put in"
+
+    def on_reference(self, path: str | None, request: gr.Request) -> Any:
+        """The reference picture, shown while the reference is a file of this session: the hidden textbox holding
+        it is the browser's to send, and a path in it that is not the session's shows (and copies) nothing."""
+        mine = bool(path) and self.studio.guard.allows(self.page.session(request).owner, str(path))
+        return gr.update(value=path if mine else None, visible=mine)
 
     def on_pick(self, face_paths: list[str], event: gr.SelectData, request: gr.Request) -> tuple[Any, ...]:
         session = self.page.session(request)

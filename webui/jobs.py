@@ -4,14 +4,18 @@ time on the GPU).
 
 Job ids are random and each job has its own secret token, given once to the client that submitted it: status,
 cancel and result need both, so a job's result reaches that client alone. A job's inputs and outputs live in its
-own folder under a private work directory, named as the client named its files. Finished jobs are kept (status and
-files) until `keep_finished` newer ones have finished; then the oldest is forgotten and its folder deleted.
+own folder under a private work directory, named as the client named its files; a job may read those uploads and
+nothing else (`JobRecord.owns`): a setting that takes a file (`lip_syncer.audio` …) takes one of them, never a
+server path. Which settings a client may give is the engine service's rule for every web and API user (`check`,
+given by the app: engine/serve/service.py's `admit`). Finished jobs are kept (status and files) until
+`keep_finished` newer ones have finished; then the oldest is forgotten and its folder deleted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import secrets
 import shutil
@@ -25,7 +29,7 @@ from typing import IO, Any, Literal
 from engine.core.errors import Cancelled, FacestudioError, InvalidInput
 from engine.core.metrics import PROCESS_METRICS
 from engine.core.progress import Progress
-from engine.job.settings import Preset, load_preset_raw
+from engine.job.settings import load_preset_raw
 from engine.run.pipeline import RunReport
 from webui.names import scrub
 
@@ -35,29 +39,16 @@ Status = Literal["queued", "running", "done", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
 
-# What a client's preset may set of the server's runtime: the rest (device, threads, compile, the frame size cap …)
-# is the server's to decide, since one job's choice could take the whole process (and every queued job) down.
-CLIENT_RUNTIME = frozenset({"backend", "batch", "precision", "fp16"})  # fp16: the older name of precision
-
-
-def check_client_settings(raw: dict[str, Any]) -> None:
-    """Refuse (InvalidInput, naming them) the settings of a client's preset that are the server's to choose: the
-    runtime settings outside CLIENT_RUNTIME and `video.segment_frames` (how many files a job writes)."""
-    refused = [f"runtime.{k}" for k in (raw.get("runtime") or {}) if k not in CLIENT_RUNTIME]
-    refused += ["video.segment_frames"] if "segment_frames" in (raw.get("video") or {}) else []
-    if refused:
-        raise InvalidInput(
-            f"the jobs API does not take {', '.join(refused)}: the server decides them (allowed runtime settings: "
-            f"{', '.join(sorted(CLIENT_RUNTIME))})"
-        )
-
-
 class QueueFull(FacestudioError):
     """The jobs queue holds as many waiting jobs as it may (HTTP 503; try again later)."""
 
 
 class UploadTooLarge(InvalidInput):
     """An uploaded file is over the server's size limit (HTTP 413)."""
+
+
+class TooManyJobs(FacestudioError):
+    """The client has as many jobs waiting or running as one client may (HTTP 429; try again when one ends)."""
 
 
 @dataclass
@@ -70,6 +61,7 @@ class JobRecord:
     raw: dict[str, Any]
     target: Path
     sources: list[Path]
+    client: str = ""
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
     names: dict[str, str] = field(default_factory=dict)
     status: Status = "queued"
@@ -79,6 +71,12 @@ class JobRecord:
     output: Path | None = None
     sidecar: Path | None = None
     cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def owns(self, path: Path) -> bool:
+        """Whether `path` is one of the files the client uploaded with this job (resolved as it would be opened)."""
+        inputs = self.folder / "inputs"
+        resolved = Path(os.path.realpath(path))
+        return resolved.is_relative_to(os.path.realpath(inputs)) and resolved.is_file()
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -137,16 +135,29 @@ def copy_upload(source: IO[bytes], path: Path, limit: int, what: str) -> Path:
 
 
 Execute = Callable[[JobRecord, Progress], RunReport]
+# What `save_inputs` gives back: the target, the sources, server path → client name, and the file settings'
+# uploads (setting as "group.field" → its file).
+Saved = tuple[Path, list[Path], dict[str, str], dict[str, Path]]
 
 
 class JobQueue:
-    """Jobs waiting (at most `max_queued`) and the worker thread that runs them in order."""
+    """Jobs waiting (at most `max_queued`, at most `per_client` of one client waiting or running) and the worker
+    thread that runs them in order. `check(raw)`: refuses (InvalidInput) settings a client may not give."""
 
-    def __init__(self, execute: Execute, registry: Any, folder: Path, max_queued: int, keep_finished: int = 64) -> None:
+    def __init__(
+        self,
+        execute: Execute,
+        check: Callable[[dict[str, Any]], Any],
+        folder: Path,
+        max_queued: int,
+        keep_finished: int = 64,
+        per_client: int = 2,
+    ) -> None:
         self.execute = execute
-        self.registry = registry
+        self.check = check
         self.folder = folder
         self.keep_finished = keep_finished
+        self.per_client = per_client
         self._queue: queue.Queue[JobRecord | None] = queue.Queue(maxsize=max_queued)
         self._jobs: dict[str, JobRecord] = {}
         self._lock = threading.Lock()
@@ -181,25 +192,32 @@ class JobQueue:
                 self._queue.get_nowait()
 
     # -- the API ----------------------------------------------------------------------------------------------
-    def submit(
-        self, raw: dict[str, Any], save_inputs: Callable[[Path], tuple[Path, list[Path], dict[str, str]]]
-    ) -> JobRecord:
-        """Validate the preset, store the inputs (`save_inputs(folder)` → target, sources, their client names)
-        and queue the job.
+    def submit(self, raw: dict[str, Any], save_inputs: Callable[[Path], Saved], client: str = "") -> JobRecord:
+        """Check the preset (`check`: the settings a client may give; a file setting must come as an upload),
+        store the inputs (`save_inputs(folder)`, see `Saved`: the file settings' uploads go into the preset) and
+        queue the job for `client` (who sent it: the login or the address).
 
-        Raises InvalidJob for a bad preset, QueueFull when `max_queued` jobs wait already."""
-        if Preset.parse(raw, self.registry).faces.reference_image is not None:
-            # A path in the preset would name a file on the server, which a client has no business reading.
-            raise InvalidInput("the jobs API takes no faces.reference_image (a server path); use faces.reference_frame")
-        check_client_settings(raw)
+        Raises InvalidInput for a preset a client may not give, QueueFull when `max_queued` jobs wait already,
+        TooManyJobs when `client` has `per_client` jobs waiting or running."""
+        self.check(raw)
         if self._queue.full():
             raise QueueFull(f"{self._queue.maxsize} jobs are waiting already; try again later")
+        with self._lock:
+            mine = sum(1 for r in self._jobs.values() if r.client == client and r.status not in FINISHED)
+        if mine >= self.per_client:
+            raise TooManyJobs(
+                f"you have {mine} job(s) waiting or running, the most this server takes from one client "
+                f"(ui --jobs-per-user {self.per_client}); try again when one has finished"
+            )
         job_id = secrets.token_urlsafe(16)
         folder = self.folder / job_id
         folder.mkdir(parents=True)
         try:
-            target, sources, names = save_inputs(folder)
-            record = JobRecord(job_id, folder, raw, target, sources, names=names)
+            target, sources, names, files = save_inputs(folder)
+            for setting, path in files.items():
+                group, _, name = setting.partition(".")
+                raw = {**raw, group: {**(raw.get(group) or {}), name: str(path)}}
+            record = JobRecord(job_id, folder, raw, target, sources, client, names=names)
             with self._lock:
                 self._jobs[job_id] = record
             try:

@@ -214,8 +214,7 @@ class LiveTab:
             f"{data['live']['frames_processed']} frames processed ({data['live']['processed_fps']:.1f} fps), "
             f"{'with' if recording.audio else 'no'} audio — tagged synthetic"
         )
-        settings = {k: v for k, v in job.items() if k != "sources"}
-        settings.get("faces", {}).pop("reference_image", None)
+        settings = self.studio.without_files({k: v for k, v in job.items() if k != "sources"})
         entry = Entry(
             id=folder.name, created=time.time(), folder=str(folder), output=str(recording.output),
             sidecar=str(recording.sidecar), thumbnail=str(thumb), target="browser camera",

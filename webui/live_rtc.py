@@ -12,10 +12,12 @@ Gradio's on the same port.
 
 What the studio guards holds here too: a stream is opened only by the Live tab's Start (webui/live.py), which
 refuses without the consent tick; Start gives the page a one-time secret (the stream's token) that `/live/offer`
-accepts from the same owner only (the same login, or the same browser's owner cookie; with a login, a request
+accepts from the same owner only (the same browser's owner cookie, and the same login with one; with a login, a request
 without it gets 401), and another session's token is answered 404 like an unknown one. Every stream has its own
-loop, renderer (tracker) and result track: nothing one session sends reaches another. At most one stream per
-session (a new Start replaces it) and `max_streams` at once.
+loop, renderer (tracker) and result track: nothing one session sends reaches another. A stream is built with the
+session's `Access` (its own source photos and reference face, the server's settings: engine/serve/service.py), and
+its recording goes into the session's own folder and history, shared with it alone. At most one stream per
+session (a new Start replaces it) and `max_streams` at once (`ui --live-streams`).
 
 Latency on the page: the server stamps every result with the time its input arrived (its clock) and the
 processing time; the page maps each frame it shows back to its stamp (RTP timestamps), converts the server's
@@ -408,10 +410,12 @@ class LiveHub:
             if len(self._streams) >= self.max_streams:
                 raise InvalidInput(
                     f"the server is already streaming for {len(self._streams)} sessions (at most "
-                    f"{self.max_streams} at once); try again when one has stopped"
+                    f"{self.max_streams} at once, ui --live-streams); try again when one has stopped"
                 )
         with self.service.model_lock.brief():
-            renderer = self.service.live_renderer(raw, [Path(s) for s in sources], fps=fps)
+            renderer = self.service.live_renderer(
+                raw, [Path(s) for s in sources], fps=fps, access=self.studio.access(session)
+            )
             track_live(renderer, fps)  # loads the live detections' analyser now, not on the first frame
         loop = LiveLoop(renderer, self.service.model_lock, lambda out: None, fps=fps,
                         max_pixels=renderer.job.runtime.max_pixels)  # fmt: skip
@@ -433,7 +437,9 @@ class LiveHub:
             return False
         with self.service.model_lock.brief():
             current = stream.loop.renderer
-            renderer = self.service.live_update(current, raw, [Path(s) for s in sources], fps=stream.loop.fps)
+            renderer = self.service.live_update(
+                current, raw, [Path(s) for s in sources], fps=stream.loop.fps, access=self.studio.access(session)
+            )
         if renderer is not current:
             stream.loop.replace(renderer)
         if stream.recorder is not None:

@@ -79,7 +79,10 @@ class Page:
     # -- building -----------------------------------------------------------------------------------------------
     def build(self) -> gr.Blocks:
         default = Preset.parse(load_preset_raw("default"), self.studio.registry)
-        with gr.Blocks(title="facestudio", delete_cache=(3600, 6 * 3600), fill_width=True) as app:
+        # No telemetry: Gradio's analytics would call its servers as the page is built and served (docs/SECURITY.md).
+        with gr.Blocks(
+            title="facestudio", delete_cache=(3600, 6 * 3600), fill_width=True, analytics_enabled=False
+        ) as app:
             with gr.Row(elem_classes="fs-header"):
                 gr.Markdown("# facestudio\nSwap and restore faces, upscale frames, keep the audio.")
             with gr.Row(equal_height=False):

@@ -19,6 +19,7 @@ import gradio as gr
 from engine.core.errors import FacestudioError, InvalidInput
 from engine.faces.people import Scan
 from engine.job.settings import FacesSettings, RuntimeSettings
+from webui import uploads
 from webui.cells import Values
 from webui.parts import Page
 from webui.studio import Session, user_message
@@ -82,7 +83,7 @@ class PeoplePanel:
                     seen = f"{person.first:.1f}–{person.last:.1f} s" if person.last > person.first else "one frame"
                     gr.Markdown(f"**person {number}** · seen on {len(person.frames)} sampled frames ({seen})")
                     given = state.sources.get(number)
-                    files = gr.File(
+                    files = uploads.File(
                         value=given or None, label="their source photos (none: leave as is)", file_count="multiple",
                         file_types=["image"], height=70, elem_id=f"person-{number}-sources",
                     )  # fmt: skip

@@ -10,6 +10,8 @@ import gradio as gr
 
 from engine.core.errors import FacestudioError
 from engine.job.settings import Preset, load_preset_raw, preset_names, save_user_preset
+from engine.serve.service import server_settings
+from webui import uploads
 from webui.jobs import parse_preset_text
 from webui.parts import Page
 from webui.studio import user_message
@@ -29,7 +31,7 @@ class PresetsRow:
             )
             with gr.Column(scale=2, min_width=90):
                 self.load = gr.Button("Load", size="sm", elem_id="preset-load")
-                self.upload = gr.UploadButton(
+                self.upload = uploads.UploadButton(
                     "Open file…", file_types=[".toml", ".json"], size="sm", elem_id="preset-open"
                 )
         with gr.Row(equal_height=False):
@@ -52,10 +54,21 @@ class PresetsRow:
 
     def on_load(self, name: str, request: gr.Request) -> list[Any]:
         try:
-            values = self.page.values_for(load_preset_raw(name))
+            raw = load_preset_raw(name)
+            values = self.page.values_for(raw)
         except FacestudioError as exc:
             return [gr.update()] * len(self.page.settings.entries) + [f"<span class='fs-warn'>{exc}</span>"]
-        return [*values, f"loaded preset {name}"]
+        return [*values, f"loaded preset {name}{self._left_out(raw)}"]
+
+    def _left_out(self, raw: dict[str, Any]) -> str:
+        """What of a preset the page does not load: the server's settings and files (docs/SECURITY.md)."""
+        kept = self.studio.without_files(raw)
+        files = [f"{g}.{n}" for g, v in raw.items() if isinstance(v, dict) for n in v if n not in kept.get(g, {})]
+        server = [f"{g}.{n}" for g, names in server_settings(self.studio.registry).items()
+                  for n in names if n in (raw.get(g) or {})]  # fmt: skip
+        notes = [f"{', '.join(server)}: the server's to set"] if server else []
+        notes += [f"{', '.join(files)}: a file, upload it here"] if files else []
+        return f" (not loaded — {'; '.join(notes)})" if notes else ""
 
     def on_open(self, file: str | None, request: gr.Request) -> list[Any]:
         session = self.page.session(request)
@@ -65,18 +78,18 @@ class PresetsRow:
         name = self.studio.name(session, file)
         try:
             text = Path(file).read_text(encoding="utf-8")
-            values = self.page.values_for(parse_preset_text(text))
+            raw = parse_preset_text(text)
+            values = self.page.values_for(raw)
         except (OSError, UnicodeDecodeError):
             return [*keep, f"<span class='fs-warn'>{name} is not a text file</span>"]
         except FacestudioError as exc:
             return [*keep, f"<span class='fs-warn'>{name}: {user_message(exc, session.names)}</span>"]
         finally:
             self.studio.guard.release(session.owner, [file])
-        return [*values, f"loaded {name}"]
+        return [*values, f"loaded {name}{self._left_out(raw)}"]
 
     def on_save(self, name: str, *values: Any) -> tuple[Any, str]:
-        raw = self.page.settings.raw_from(values)
-        raw.get("faces", {}).pop("reference_image", None)  # a file of this session, not part of a preset
+        raw = self.studio.without_files(self.page.settings.raw_from(values))  # files: this session's, not a preset's
         try:
             preset = Preset.parse(raw, self.studio.registry)
             path, replaced = save_user_preset(name, preset)

@@ -13,6 +13,7 @@ import gradio as gr
 
 from engine.core import consent
 from engine.core.errors import Cancelled, FacestudioError
+from webui import uploads
 from webui.jobs import parse_preset_text
 from webui.parts import Page
 from webui.schedule import Place
@@ -202,8 +203,8 @@ class RunPanel:
     # -- the API: one named endpoint for scripts (gradio_client) ------------------------------------------------
     def api(self) -> None:
         """The `run` endpoint (built last in the page's Blocks, hidden)."""
-        api_target = gr.File(label="target", visible=False)
-        api_sources = gr.File(label="sources", file_count="multiple", visible=False)
+        api_target = uploads.File(label="target", visible=False)
+        api_sources = uploads.File(label="sources", file_count="multiple", visible=False)
         api_settings = gr.Textbox(label="preset", visible=False)
         api_agreed = gr.Checkbox(label="consent", visible=False)
         api_output = gr.File(label="output", visible=False)

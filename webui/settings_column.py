@@ -28,7 +28,8 @@ class SettingsColumn:
         self._processor_cells(default)
         with gr.Accordion("Faces: how they are found", open=False):
             self.group("faces", default.faces, skip=frozenset({"selector", "reference_image", "people"}))
-        with gr.Accordion("Runtime: backend, device, batch", open=False, elem_id="cell-runtime"):
+        # The device, threads and the frame size cap are the server's (its operator's, at launch): no widget here.
+        with gr.Accordion("Runtime: backend, precision, batch", open=False, elem_id="cell-runtime"):
             self.runtime = self.group("runtime", default.runtime)
 
     def _choices(self, task: str) -> list[str]:

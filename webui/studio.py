@@ -1,9 +1,14 @@
-"""The studio's state behind the page: one session per owner (a login, or a browser), each with its own folder,
-names, history and cancel flag; jobs run through the engine service one at a time in a fair line (UI runs and
-jobs-API jobs alike); previews and face pictures made as files only their owner may fetch.
+"""The studio's state behind the page: one session per owner (a browser, with its login when the app has one),
+each with its own folder, names, history and cancel flag; jobs run through the engine service one at a time in a
+fair line (UI runs and jobs-API jobs alike); previews and face pictures made as files only their owner may fetch.
 
 Nothing a user sees names a server path: outputs are named after the user's own file names, sidecars and
 messages have server paths replaced by the names the user knows (webui/names.py).
+
+Every session's work goes through the engine service with the session's `Access` (engine/serve/service.py): its
+files are those the guard (webui/privacy.py) records as its own, the server's settings are the operator's
+(`Policy.server`), and the policy's limits — frames a job, runs at once, disk a session keeps — are checked
+here, each refusal one line naming the limit and its launch flag (docs/SECURITY.md).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +38,7 @@ from engine.job.processor import FrameProcessor
 from engine.job.settings import FacesSettings, Job, RuntimeSettings
 from engine.run.pipeline import RunReport
 from engine.serve.model_lock import Turn
-from engine.serve.service import Rendered, Service
+from engine.serve.service import Access, Rendered, Service, file_settings
 from webui.history import Entry, History
 from webui.names import output_name, plain_name, scrub, scrub_file
 from webui.privacy import FileGuard, Owner
@@ -65,6 +71,20 @@ class Session:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """What users of this server may have (set at launch, docs/SECURITY.md). `server`: the operator's values of
+    the server's settings (group → field → value), applied to every user job; `max_frames`: frames a job may
+    render (None: any); `jobs_per_user`: runs one session (or jobs-API client) may have waiting or running at
+    once; `disk_per_user`: bytes one session may keep (its uploads, results and previews) before its new runs are
+    refused (None: no limit)."""
+
+    server: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    max_frames: int | None = None
+    jobs_per_user: int = 2
+    disk_per_user: int | None = None
+
+
+@dataclass(frozen=True)
 class Preview:
     """A preview ready for the page: `before` (faces numbered) and `after` as files the owner may fetch, the
     faces found (thumbnails, in the numbering's order), the time the chain took (ms, in `rendered`) and how it got
@@ -77,10 +97,17 @@ class Preview:
     turn: Turn = Turn(0.0, False)
 
 
+# The engine's size refusals tell the operator which setting to raise; a user of the server cannot raise it.
+_RAISE_HINT = ", or raise runtime.max_pixels"
+_USER_HINT = " (this server's limit: its operator sets it, `ui --max-pixels`)"
+
+
 def user_message(exc: BaseException, names: Mapping[str, str]) -> str:
-    """The one line a user sees for a failure: foreseeable ones as they are, bugs as such; no server path."""
+    """The one line a user sees for a failure: foreseeable ones as they are, bugs as such; no server path, and no
+    advice to change what only the operator may."""
     text = str(exc) if isinstance(exc, FacestudioError) else f"internal error: {type(exc).__name__}: {exc}"
-    return scrub(text.splitlines()[0] if text else type(exc).__name__, names)
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return scrub(line.replace(_RAISE_HINT, _USER_HINT), names)
 
 
 class Studio:
@@ -91,6 +118,7 @@ class Studio:
         registry: Mapping[str, type[FrameProcessor]] | None = None,
         work_dir: Path | None = None,
         service: Service | None = None,
+        policy: Policy | None = None,
     ) -> None:
         if service is None:
             if registry is None:
@@ -104,6 +132,7 @@ class Studio:
         self.work = work_dir or Path(tempfile.mkdtemp(prefix="facestudio-ui-"))
         self.work.mkdir(parents=True, exist_ok=True)
         self.guard = FileGuard([self.work])
+        self.policy = policy or Policy()
         self.line = RunQueue()
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
@@ -121,6 +150,31 @@ class Studio:
                 self._sessions[owner.id] = session
             session.last_seen = time.monotonic()
             return session
+
+    def access(self, session: Session) -> Access:
+        """What the session may have of the engine: its own files (the guard's record), the server's settings."""
+        return Access(partial(self.guard.allows, session.owner), self.policy.server, self.policy.max_frames)
+
+    def check_disk(self, session: Session) -> None:
+        """Refuse (InvalidInput, naming the limit) when the session keeps `Policy.disk_per_user` bytes or more."""
+        limit = self.policy.disk_per_user
+        if limit is None:
+            return
+        used = self.disk_used(session.owner)
+        if used >= limit:
+            raise InvalidInput(
+                f"this session keeps {used / 1e9:.2f} GB here, its limit on this server is {limit / 1e9:.2f} GB "
+                "(ui --disk-per-user-gb): delete results in the History tab or remove uploads first"
+            )
+
+    def disk_used(self, owner: Owner) -> int:
+        """Bytes an owner keeps here: the files registered to it and its session folder (results, previews)."""
+        with self._lock:
+            session = self._sessions.get(owner.id)
+        files = set(self.guard.held_by(owner))
+        if session is not None and session.folder.is_dir():
+            files |= {p for p in session.folder.rglob("*") if p.is_file()}
+        return sum(p.stat().st_size for p in files if p.is_file())
 
     def seen(self, owner: Owner) -> None:
         with self._lock:
@@ -141,8 +195,10 @@ class Studio:
         return [s.owner.id for s in idle]
 
     def forget(self, session: Session) -> None:
-        """Delete everything of a session: its folder (results, history) and the uploads only it held."""
+        """Delete everything of a session: its folder (results, history), the uploads only it held, and its
+        Gradio sessions' binding."""
         self.guard.release(session.owner, self.guard.held_by(session.owner))
+        self.guard.forget(session.owner)
         shutil.rmtree(session.folder, ignore_errors=True)
 
     def close(self) -> None:
@@ -190,12 +246,18 @@ class Studio:
         return shared
 
     # -- jobs ---------------------------------------------------------------------------------------------------
-    def ticket(self, job: Job, cancel: threading.Event) -> Ticket:
-        """The job's place in the line, sized by its frames and input pixels (probed: a bad target fails here)."""
+    def ticket(self, job: Job, cancel: threading.Event, max_frames: int | None = None) -> Ticket:
+        """The job's place in the line, sized by its frames and input pixels (probed: a bad target fails here);
+        refused (InvalidInput, naming the limit) over `max_frames`."""
         info = video.probe(job.target)
         frames = 1
         if info.kind == "video":
             frames = video.select(info, job.video.trim_start, job.video.trim_end, job.video.fps).frames
+        if max_frames is not None and frames > max_frames:
+            raise InvalidInput(
+                f"{job.target.name} has {frames} frames to render, above this server's limit of {max_frames} a job "
+                "(ui --max-frames): trim it (video.trim_start, video.trim_end) or lower video.fps"
+            )
         return Ticket(job.processors, frames, frames * info.width * info.height / 1e6, cancel)
 
     def execute(
@@ -207,21 +269,23 @@ class Studio:
         names: Mapping[str, str],
         progress: Progress | None,
         cancel: threading.Event,
+        access: Access,
         *,
         taken: set[str] | None = None,
         queued: Any = None,
     ) -> RunReport:
-        """Run one job into `folder` when its turn comes: the output is named after the target's user name
-        (`names`), and its sidecar has every server path replaced by those names. `queued(place)` is told of
-        the job's place in line while it waits. Typed errors only; nothing half-written is left behind."""
+        """Run one job into `folder` when its turn comes, as `access` may have it (its files, the server's
+        settings, its frame limit): the output is named after the target's user name (`names`), and its sidecar
+        has every server path replaced by those names. `queued(place)` is told of the job's place in line while
+        it waits. Typed errors only; nothing half-written is left behind."""
         if not target:
             raise InvalidInput("add a target image or video first")
         target_path = Path(target)
         target_name = names.get(str(target)) or target_path.name
         suffix = target_path.suffix.lower() if target_path.suffix.lower() in IMAGE_SUFFIXES else ".mp4"
         output = folder / output_name(target_name, suffix, taken or set())
-        job = self.service.job(raw, target_path, output, [Path(s) for s in sources])
-        ticket = self.ticket(job, cancel)
+        job = self.service.job(raw, target_path, output, [Path(s) for s in sources], access)
+        ticket = self.ticket(job, cancel, access.max_frames)
         watcher = _Waiting(self.line, ticket, queued) if queued else None
         try:
             with self.line.turn(ticket), self.service.model_lock, observe_job():
@@ -232,11 +296,29 @@ class Studio:
             if watcher is not None:
                 watcher.stop()
         known = {**names, str(output): output.name, str(folder): "", str(folder.resolve()): ""}
-        for given in (target_path, *map(Path, sources)):
+        for given in (target_path, *map(Path, sources), *self._setting_files(job)):
             known.setdefault(str(given), given.name)
             known[str(given.resolve())] = known[str(given)]
         scrub_file(report.sidecar, known)
         return report
+
+    def without_files(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings to keep with a history entry or a preset: the mapping without the file settings (files
+        of this session, not part of a preset)."""
+        out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in raw.items()}
+        for group, names in file_settings(self.registry).items():
+            for name in names:
+                if isinstance(out.get(group), dict):
+                    out[group].pop(name, None)
+        return out
+
+    def _setting_files(self, job: Job) -> list[Path]:
+        """The files a job's file settings name (the lip syncer's audio, the reference face …)."""
+        found = []
+        for group, names in file_settings(self.registry).items():
+            options = job.options.get(group) if group in self.registry else getattr(job, group, None)
+            found += [Path(v) for v in (getattr(options, n, None) for n in names) if v]
+        return found
 
     def run_for(
         self,
@@ -248,18 +330,31 @@ class Studio:
         queued: Any = None,
     ) -> tuple[RunReport, Entry]:
         """A UI run: `execute` into a new history folder of the session, then the history entry (thumbnail,
-        summary, settings) recorded; entries past the history's bound go with their files."""
+        summary, settings) recorded; entries past the history's bound go with their files. Refused (one line,
+        naming the limit) when the session already has `Policy.jobs_per_user` runs or keeps its disk limit."""
         from webui.summary import summary
 
-        folder = session.history.new_folder()
-        taken = {Path(e.output).name for e in session.history.entries()}
-        session.cancel.clear()
         with self._lock:
+            if session.running >= self.policy.jobs_per_user:
+                raise InvalidInput(
+                    f"this session already has {session.running} run(s) waiting or running, the most this server "
+                    f"takes from one session (ui --jobs-per-user {self.policy.jobs_per_user}): wait for one to end"
+                )
             session.running += 1
         try:
+            self.check_disk(session)
+            folder = session.history.new_folder()
+        except BaseException:
+            with self._lock:
+                session.running -= 1
+            raise
+        taken = {Path(e.output).name for e in session.history.entries()}
+        session.cancel.clear()
+        try:
             report = self.execute(
-                raw, target, sources, folder, session.names, progress, session.cancel, taken=taken, queued=queued
-            )
+                raw, target, sources, folder, session.names, progress, session.cancel, self.access(session),
+                taken=taken, queued=queued,
+            )  # fmt: skip
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
@@ -279,7 +374,7 @@ class Studio:
             sources=tuple(self.name(session, s) for s in sources),
             processors=tuple(report.processors),
             summary=summary(report),
-            settings=_without_paths(raw),
+            settings=self.without_files(raw),
         )
         for dropped in session.history.add(entry):
             self.guard.release(session.owner, [dropped.output, dropped.sidecar, dropped.thumbnail or ""])
@@ -292,7 +387,7 @@ class Studio:
         """Frame `index` of the target through the chain (the path every batch of a run takes), as files the
         session may fetch: the frame with its faces numbered, the result, and a picture of each face."""
         with self.service.model_lock.brief() as turn:
-            rendered = self.service.preview(raw, Path(target), [Path(s) for s in sources], index)
+            rendered = self.service.preview(raw, Path(target), [Path(s) for s in sources], index, self.access(session))
         before, faces = self._frame_pictures(session, target, index, rendered)
         return Preview(before, self._picture(session, rendered.after), faces, rendered, turn)
 
@@ -315,9 +410,12 @@ class Studio:
     def frame_only(
         self, session: Session, target: str, index: int, settings: FacesSettings, max_pixels: int
     ) -> Preview:
-        """Frame `index` of the target with its faces numbered, unprocessed (before a source is given)."""
+        """Frame `index` of the target with its faces numbered, unprocessed (before a source is given). A user's
+        `max_pixels` is the server's own when its operator set one."""
+        access = self.access(session)
+        max_pixels = access.server.get("runtime", {}).get("max_pixels", max_pixels)
         with self.service.model_lock.brief() as turn:
-            frame = self.service.frame(Path(target), index, max_pixels)
+            frame = self.service.frame(Path(target), index, max_pixels, access)
             faces = tuple(self.service.find_faces(frame, settings))
         rendered = Rendered(frame, frame, faces, ())
         before, pictures = self._frame_pictures(session, target, index, rendered)
@@ -360,6 +458,7 @@ class Studio:
         for path in paths:
             name = self.name(session, path)
             try:
+                self.service.check_files([path], self.access(session))
                 image = video.read_image(Path(path))[0]
             except FacestudioError as exc:
                 problems.append(user_message(exc, session.names))
@@ -382,7 +481,9 @@ class Studio:
     ) -> tuple[Scan, list[str]]:
         """The people of the target (`Service.people`) and a picture of each, as files the session may fetch. The
         scan takes the model sample by sample (brief turns), so a scan during a run goes between its batches."""
-        found = self.service.people(Path(target), faces, runtime, turn=self.service.model_lock.brief)
+        access = self.access(session)
+        runtime = runtime.model_copy(update=dict(access.server.get("runtime", {})))
+        found = self.service.people(Path(target), faces, runtime, turn=self.service.model_lock.brief, access=access)
         folder = session.folder / "people"
         pictures = [
             self.share(session, write_jpeg(folder / f"person-{p.number}-{p.thumbnail_hash}.jpg", p.thumbnail))
@@ -477,10 +578,3 @@ def _thumbnail_of(report: RunReport, width: int = 240) -> Frame:
             raise Cancelled("the result has no frames")
     height = max(1, round(frame.shape[0] * width / frame.shape[1]))
     return cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
-
-
-def _without_paths(raw: dict[str, Any]) -> dict[str, Any]:
-    """The settings to keep with a history entry: the preset mapping without the session's files."""
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
-    out.get("faces", {}).pop("reference_image", None)
-    return out

@@ -8,6 +8,11 @@ A field of a processor's `Options` or of a settings group (faces, video, runtime
 `describe(model)` turns a settings model into `OptionView`s — the control kind (choice, switch, slider, number,
 text), its choices, bounds, step and unit, and the condition under which the option applies — which the web UI,
 the CLI's settings help and the preset JSON Schema all read. No front end has per-field code.
+
+The same metadata says who may set a field (docs/SECURITY.md): `Shown(server=True)` marks the operator's settings
+(device, threads, the frame size cap …), which a user of the studio, the jobs API or live may not change (the
+service refuses them and applies the server's own); `Shown(file="audio")` marks a setting that names a file, which
+a web or API user gives as an upload of their own and only the operator (the CLI) as a path.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 Kind = Literal["choice", "multi", "open_choice", "switch", "slider", "number", "text"]
+# What a file setting holds: the upload control a front end gives it (and the files it accepts).
+FileKind = Literal["image", "audio", "video"]
 # A condition's allowed values: a fixed tuple, or a function giving them when asked (e.g. from the catalogue,
 # which can be swapped with $FACESTUDIO_MANIFEST).
 Values = Sequence[Any] | Callable[[], Sequence[Any]]
@@ -42,6 +49,10 @@ class Shown:
         availability and licence, and a field that is not a Literal takes its choices from the catalogue.
     suggest: usual values of an open field (a dropdown that also takes other values: `auto`, 1, 4, 8 …).
     advanced: shown folded away in the UI (still a normal setting everywhere else).
+    server: the operator's setting (set at launch: the CLI, `ui --max-pixels`, a server preset): a user of the
+        studio, the jobs API or live may not change it, and the UI does not show it.
+    file: the setting names a file of this kind: an upload of the user's own from the studio and the jobs API (the
+        studio gives it an upload control), a path only from the CLI.
     """
 
     when: Mapping[str, Values] = field(default_factory=dict)
@@ -50,6 +61,8 @@ class Shown:
     models: str | None = None
     suggest: tuple[Any, ...] = ()
     advanced: bool = False
+    server: bool = False
+    file: FileKind | None = None
 
     def __get_pydantic_json_schema__(
         self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
@@ -69,6 +82,10 @@ class Shown:
             extra["suggest"] = list(self.suggest)
         if self.advanced:
             extra["advanced"] = True
+        if self.server:
+            extra["server"] = True
+        if self.file:
+            extra["file"] = self.file
         if extra:
             out["x-facestudio"] = extra
         return out
@@ -151,6 +168,10 @@ class OptionView:
         parts = [f"{what}{unit}", default]
         if condition := self.shown.condition():
             parts.append(f"applies when {condition}")
+        if self.shown.server:
+            parts.append("the server's: web and API users cannot change it")
+        if self.shown.file:
+            parts.append(f"a path to the {self.shown.file} file (web and API: an upload)")
         if self.description:
             parts.append(self.description)
         return "; ".join(parts)

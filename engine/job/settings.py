@@ -84,7 +84,7 @@ class VideoSettings(_Settings):
         description="seconds into the target where the output stops, exclusive (empty = the end)",
     )
 
-    segment_frames: Annotated[int, Shown(unit="frames", advanced=True)] = Field(
+    segment_frames: Annotated[int, Shown(unit="frames", advanced=True, server=True)] = Field(
         default=600,
         ge=1,
         description="frames per segment: an interrupted job resumes from its last finished segment (--resume)",
@@ -113,12 +113,12 @@ class RuntimeSettings(_Settings):
     backend: Literal["auto", "onnx", "torch"] = Field(
         default="auto", description="auto: ONNX Runtime where the model has an ONNX file, else PyTorch"
     )
-    device: Annotated[str, Shown(suggest=("auto", "cpu", "cuda", "cuda:0", "cuda:1"))] = Field(
+    device: Annotated[str, Shown(suggest=("auto", "cpu", "cuda", "cuda:0", "cuda:1"), server=True)] = Field(
         default="auto",
         pattern=r"^(auto|cpu|cuda|cuda:\d+)$",
         description="auto (a GPU when there is one), cpu, cuda, cuda:N",
     )
-    tensorrt: Annotated[bool, Shown(unless={"device": ("cpu",), "backend": ("torch",)})] = Field(
+    tensorrt: Annotated[bool, Shown(unless={"device": ("cpu",), "backend": ("torch",)}, server=True)] = Field(
         default=False, description="ONNX Runtime on CUDA: use TensorRT (engine cached)"
     )
     precision: Literal["fp32", "fp16", "int8"] = Field(
@@ -129,28 +129,30 @@ class RuntimeSettings(_Settings):
     batch: Annotated[Annotated[int, Field(ge=1, le=256)] | Literal["auto"], Shown(suggest=("auto", 1, 2, 4, 8, 16))] = (
         Field(default="auto", description="frames per model call: auto (from free memory) or a number")
     )
-    threads: Annotated[int, Shown(advanced=True)] = Field(
+    threads: Annotated[int, Shown(advanced=True, server=True)] = Field(
         default=0, ge=0, le=1024, description="CPU threads per model (0 = one per core)"
     )
-    compile: Annotated[bool, Shown(unless={"backend": ("onnx",)}, advanced=True)] = Field(
+    compile: Annotated[bool, Shown(unless={"backend": ("onnx",)}, advanced=True, server=True)] = Field(
         default=False, description="PyTorch: torch.compile the models (slow first call per size)"
     )
-    offline: bool = Field(default=False, description="never download; fail naming the missing files")
+    offline: Annotated[bool, Shown(server=True)] = Field(
+        default=False, description="never download; fail naming the missing files"
+    )
     # 8192×8192: beyond every camera and 8K video, and below Pillow's decompression-bomb refusal (179 MP). A frame
     # this size is already ~200 MB as RGB, times the batch, times each model's working copies.
-    max_pixels: Annotated[int, Shown(unit="pixels", advanced=True)] = Field(
+    max_pixels: Annotated[int, Shown(unit="pixels", advanced=True, server=True)] = Field(
         default=8192 * 8192,
         ge=1,
         description="largest target or output frame, width × height in pixels; bigger jobs are refused up front",
     )
     # engine/provenance/content.py: the classifier, the sampling and what each mode does.
-    content_check: Literal["off", "warn", "refuse"] = Field(
+    content_check: Annotated[Literal["off", "warn", "refuse"], Shown(server=True)] = Field(
         default="off",
         description="check sampled target frames for explicit content (open_nsfw): warn notes them, refuse stops",
     )
-    content_threshold: Annotated[float, Shown(when={"content_check": ("warn", "refuse")}, advanced=True)] = Field(
-        default=0.8, gt=0.0, le=1.0, description="score (0–1) at which the content check flags a frame"
-    )
+    content_threshold: Annotated[
+        float, Shown(when={"content_check": ("warn", "refuse")}, advanced=True, server=True)
+    ] = Field(default=0.8, gt=0.0, le=1.0, description="score (0–1) at which the content check flags a frame")
 
     # Presets and sidecars written before `precision` say `fp16 = true|false`: read as precision fp16 / fp32.
     LEGACY: ClassVar[Mapping[str, str]] = MappingProxyType({"fp16": "precision"})
@@ -210,7 +212,7 @@ class FacesSettings(_Settings):
     order: Annotated[Order, Shown(when={"selector": ("one",)})] = Field(
         default="largest", description="which face `one` takes first"
     )
-    reference_image: Annotated[Path | None, Shown(when={"selector": ("reference",)})] = Field(
+    reference_image: Annotated[Path | None, Shown(when={"selector": ("reference",)}, file="image")] = Field(
         default=None, description="image of the person to replace"
     )
     reference_frame: Annotated[int, Shown(when={"selector": ("reference",)})] = Field(

@@ -6,6 +6,13 @@ runs jobs, renders single frames through the chain (previews; live streams keep 
 `FrameRenderer` of their own, `live_renderer`), finds faces; its `catalogue` (engine/serve/catalogue.py) lists, fetches,
 verifies and exports models.
 
+Who asks decides what a job may be (`Access`, docs/SECURITY.md): the operator (the CLI) may set anything and name
+any file; a user of the studio, the jobs API or live may not set the server's settings (`Shown(server=True)`: the
+operator's launch-time values apply instead) and may name only files of their own — the target, the sources and
+every file setting (`Shown(file=…)`) — as the front end's record of their uploads says. Every method that builds a
+job, a renderer or a scan from a front end's settings and files takes the caller's `Access` and checks it here,
+once for every front end.
+
 Not thread-safe for model work by itself: callers serialise model work with `model_lock`
 (engine/serve/model_lock.py), as the UI and the jobs API do, so one job at a time uses the GPU: a run holds it, single
 frames and face searches take it `brief()`ly, and `run` lets those in between its batches.
@@ -16,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -24,13 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from engine import media as video
-from engine.core.errors import InvalidInput, ModelUnavailable
+from engine.core.errors import InvalidInput, InvalidJob, ModelUnavailable
+from engine.core.options import shown
 from engine.core.progress import NullProgress, Progress
 from engine.core.types import Face, Frame
 from engine.faces import FaceAnalyser
 from engine.faces.people import Scan, TakeTurn
 from engine.job.processor import FrameContext, FrameProcessor
-from engine.job.settings import FacesSettings, Job, Preset, RuntimeSettings
+from engine.job.settings import SETTINGS_GROUPS, FacesSettings, Job, Preset, RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import ProgressFactory, Runtime
 from engine.run import pipeline
@@ -45,6 +53,69 @@ _FRAMES_KEPT = 8
 # What a live job names as its target and output: a camera has no file (nothing reads or writes these paths).
 LIVE_TARGET = Path("camera")
 LIVE_OUTPUT = Path("live.mp4")
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who a job, preview, scan or stream is for, and so what its settings and files may be.
+
+    `owns`: None for the operator (the CLI: every setting, any file by path). For a user of the studio, the jobs
+    API or live, whether a path (as given) is a file of theirs — one they uploaded or were given by the server —
+    as the front end's server-side record says (never the path's shape). A user's settings may not include the
+    server's (`Shown(server=True)`); `server` holds the operator's values of those (group → field → value, from
+    launch: `ui --max-pixels`, a server preset), applied to every job of a user. `max_frames`: the most frames a
+    user's job may render (None: no limit)."""
+
+    owns: Callable[[Path], bool] | None = None
+    server: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    max_frames: int | None = None
+
+    @property
+    def operator(self) -> bool:
+        return self.owns is None
+
+
+OPERATOR = Access()
+
+
+def server_settings(registry: Registry) -> dict[str, list[str]]:
+    """The operator's settings of every group (a processor's options, faces, video, runtime): group → field names
+    declared `Shown(server=True)`, in declaration order; groups without any are left out."""
+    groups = {**{pid: cls.Options for pid, cls in registry.items()}, **SETTINGS_GROUPS}
+    found = {g: [n for n, info in model.model_fields.items() if shown(info).server] for g, model in groups.items()}
+    return {group: names for group, names in found.items() if names}
+
+
+def file_settings(registry: Registry) -> dict[str, list[str]]:
+    """The settings that name a file (`Shown(file=…)`): group → field names, groups without any left out."""
+    groups = {**{pid: cls.Options for pid, cls in registry.items()}, **SETTINGS_GROUPS}
+    found = {g: [n for n, info in model.model_fields.items() if shown(info).file] for g, model in groups.items()}
+    return {group: names for group, names in found.items() if names}
+
+
+def operator_values(raw: Mapping[str, Any], registry: Registry) -> dict[str, dict[str, Any]]:
+    """A server preset's values (`ui --server-preset`): the operator's settings it gives, group → field → value,
+    validated by their groups' models. Any other setting is refused (InvalidJob, naming it): a server preset
+    holds what users may not choose, and nothing they may."""
+    allowed = server_settings(registry)
+    others = [
+        f"{group}.{name}" if isinstance(values, Mapping) else group
+        for group, values in raw.items()
+        for name in (values if isinstance(values, Mapping) else [None])
+        if group not in allowed or name not in allowed[group]
+    ]
+    if others:
+        every = ", ".join(f"{g}.{n}" for g, names in allowed.items() for n in names)
+        raise InvalidJob(f"a server preset sets only the server's settings ({every}), not {', '.join(others)}")
+    groups = {**{pid: cls.Options for pid, cls in registry.items()}, **SETTINGS_GROUPS}
+    out: dict[str, dict[str, Any]] = {}
+    for group, values in raw.items():
+        try:
+            checked = groups[group].model_validate(dict(values))
+        except ValueError as exc:
+            raise InvalidJob(f"server preset, {group}: {str(exc).splitlines()[-1].strip()}") from None
+        out[group] = {name: getattr(checked, name) for name in values}
+    return out
 
 
 @dataclass(frozen=True)
@@ -186,12 +257,71 @@ class Service:
         keeps the progress reporting it was made with)."""
         return self.runtime(settings) if progress is None else Runtime(settings, progress_factory=progress)
 
-    def preset(self, raw: Mapping[str, Any]) -> Preset:
-        return Preset.parse(raw, self.registry)
+    # -- who asks ----------------------------------------------------------------------------------------------
+    def admit(self, raw: Mapping[str, Any], files: Sequence[Path] = (), access: Access = OPERATOR) -> dict[str, Any]:
+        """`raw` as `access` may have it: unchanged for the operator. For a user: refused (InvalidInput, one line
+        naming them) when it sets any of the server's settings, or when `files` (the target, sources) or a file
+        setting name a file that is not theirs (the line names no path and says nothing of whether it exists);
+        then the operator's values of the server's settings put in."""
+        out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in raw.items()}
+        if access.owns is None:
+            return out
+        refused = [
+            f"{group}.{name}"
+            for group, names in server_settings(self.registry).items()
+            for name in names
+            if isinstance(out.get(group), Mapping) and name in out[group]
+        ]
+        if refused:
+            raise InvalidInput(
+                f"{', '.join(refused)} {'is' if len(refused) == 1 else 'are'} the server's to set (its operator "
+                "chooses them when starting it): leave them out"
+            )
+        self.check_files(files, access)
+        for group, names in file_settings(self.registry).items():
+            for name in names:
+                value = (out.get(group) or {}).get(name) if isinstance(out.get(group), Mapping) else None
+                if value not in (None, "") and not access.owns(Path(str(value))):
+                    raise InvalidInput(
+                        f"{group}.{name} takes a file you uploaded to this server (a path on the server is its "
+                        "operator's to give): upload the file for it"
+                    )
+        for group, values in access.server.items():
+            out[group] = {**(out.get(group) or {}), **values}
+        return out
 
-    def job(self, raw: Mapping[str, Any], target: Path, output: Path, sources: Sequence[Path] = ()) -> Job:
+    @staticmethod
+    def check_files(files: Sequence[Path | str], access: Access = OPERATOR) -> None:
+        """Refuse (InvalidInput, naming no path) when any of `files` is not one `access` owns."""
+        if access.owns is None:
+            return
+        for path in files:
+            if not access.owns(Path(path)):
+                raise InvalidInput(
+                    f"{Path(path).name or 'that file'} is not a file you uploaded to this server (or it has expired): "
+                    "upload it"
+                )
+
+    def preset(self, raw: Mapping[str, Any], access: Access = OPERATOR) -> Preset:
+        return Preset.parse(self.admit(raw, (), access), self.registry)
+
+    def job(
+        self,
+        raw: Mapping[str, Any],
+        target: Path,
+        output: Path,
+        sources: Sequence[Path] = (),
+        access: Access = OPERATOR,
+        *,
+        files: Sequence[Path] | None = None,
+    ) -> Job:
+        """The job `raw` describes on these files, as `access` may have it (`admit`). `files`: the ones the caller
+        gave (default: the target and sources), checked against `access`; `output` is the caller's to choose."""
+        given = [target, *sources] if files is None else files
+        admitted = self.admit(raw, given, access)
         return Job.parse(
-            {**raw, "target": str(target), "output": str(output), "sources": [str(s) for s in sources]}, self.registry
+            {**admitted, "target": str(target), "output": str(output), "sources": [str(s) for s in sources]},
+            self.registry,
         )
 
     def chain(self, job: Preset, runtime: Runtime) -> list[FrameProcessor]:
@@ -230,9 +360,11 @@ class Service:
         return pipeline.run(job, chain, runtime, between, overwrite=overwrite, **kwargs)
 
     # -- single frames ------------------------------------------------------------------------------------------
-    def frame(self, target: Path, index: int, max_pixels: int) -> Frame:
+    def frame(self, target: Path, index: int, max_pixels: int, access: Access = OPERATOR) -> Frame:
         """Frame `index` (0-based, clamped to the last) of an image or video target, H×W×3 uint8 RGB; refused, as
-        a run would refuse it, when the target's frames are over `max_pixels` (width × height)."""
+        a run would refuse it, when the target's frames are over `max_pixels` (width × height), or when `target`
+        is not a file `access` owns."""
+        self.check_files([target], access)
         key = (*file_key(target), index)
         with self._lock:
             kept = self._frames.get(key)
@@ -264,11 +396,14 @@ class Service:
             raise InvalidInput(f"{target.name} has no frames")
         return last
 
-    def renderer(self, raw: Mapping[str, Any], target: Path, sources: Sequence[Path] = ()) -> FrameRenderer:
-        """A FrameRenderer for these settings on `target`. The face stage (detector, source identity, reference)
-        is kept while the face settings, sources and target stay the same, so a processor option change costs
-        only the chain; the chain is rebuilt from `raw` every call (its models are warm)."""
-        job = self.job(raw, target, Path(target).with_name("preview.png"), sources)
+    def renderer(
+        self, raw: Mapping[str, Any], target: Path, sources: Sequence[Path] = (), access: Access = OPERATOR
+    ) -> FrameRenderer:
+        """A FrameRenderer for these settings on `target` (as `access` may have them: `admit`). The face stage
+        (detector, source identity, reference) is kept while the face settings, sources and target stay the same,
+        so a processor option change costs only the chain; the chain is rebuilt from `raw` every call (its models
+        are warm)."""
+        job = self.job(raw, target, Path(target).with_name("preview.png"), sources, access)
         runtime = self.runtime(job.runtime)
         chain = self.chain(job, runtime)
         key = (
@@ -294,16 +429,18 @@ class Service:
                 self._renderers.popitem(last=False)
         return made
 
-    def preview(self, raw: Mapping[str, Any], target: Path, sources: Sequence[Path], index: int) -> Rendered:
+    def preview(
+        self, raw: Mapping[str, Any], target: Path, sources: Sequence[Path], index: int, access: Access = OPERATOR
+    ) -> Rendered:
         """Frame `index` of `target` through the chain `raw` describes (the same path every batch of a run takes),
-        refused over `runtime.max_pixels` like a run."""
-        renderer = self.renderer(raw, target, sources)
+        refused over `runtime.max_pixels` like a run, and as `access` may have it (`admit`)."""
+        renderer = self.renderer(raw, target, sources, access)
         frame = self.frame(target, index, renderer.job.runtime.max_pixels)
         return renderer.render(frame, index)
 
     # -- live streams -------------------------------------------------------------------------------------------
     def live_renderer(
-        self, raw: Mapping[str, Any], sources: Sequence[Path] = (), *, fps: float = 30.0
+        self, raw: Mapping[str, Any], sources: Sequence[Path] = (), *, fps: float = 30.0, access: Access = OPERATOR
     ) -> FrameRenderer:
         """A FrameRenderer for a camera stream: no target file, a face stage of its own (never shared or cached:
         its tracker follows one stream's faces, and two streams must not see each other's), rendering with
@@ -311,8 +448,8 @@ class Service:
         seconds). The caller holds `model_lock` (models load here).
 
         faces.selector = reference needs faces.reference_image: a camera has no frame to take the reference
-        from before it streams."""
-        job = self.job(raw, LIVE_TARGET, LIVE_OUTPUT, sources)
+        from before it streams. `access`: as for `job` (a camera is no file: only the sources are checked)."""
+        job = self.job(raw, LIVE_TARGET, LIVE_OUTPUT, sources, access, files=sources)
         if job.faces.selector == "reference" and job.faces.reference_image is None:
             raise InvalidInput(
                 "live: faces.selector=reference needs a reference image (a camera has no frame to take it from "
@@ -324,13 +461,19 @@ class Service:
         return FrameRenderer(job, runtime, chain, face_stage(job, chain, runtime, info, span))
 
     def live_update(
-        self, renderer: FrameRenderer, raw: Mapping[str, Any], sources: Sequence[Path] = (), *, fps: float = 30.0
+        self,
+        renderer: FrameRenderer,
+        raw: Mapping[str, Any],
+        sources: Sequence[Path] = (),
+        *,
+        fps: float = 30.0,
+        access: Access = OPERATOR,
     ) -> FrameRenderer:
         """The renderer a live stream goes on with after a settings change: `renderer` itself with the new chain
         from its next frame (processor options only), or a new live renderer when the face settings, the sources
         or which processors need faces changed (the source identity and tracker are rebuilt, for `fps` frames per
-        second). The caller holds `model_lock`."""
-        job = self.job(raw, LIVE_TARGET, LIVE_OUTPUT, sources)
+        second). The caller holds `model_lock`. `access`: as for `live_renderer`."""
+        job = self.job(raw, LIVE_TARGET, LIVE_OUTPUT, sources, access, files=sources)
         runtime = self.runtime(job.runtime)
         chain = self.chain(job, runtime)
 
@@ -338,7 +481,7 @@ class Service:
             return j.faces, j.runtime, j.sources, tuple(p.id for p in c if p.needs_faces or p.needs_source)
 
         if face_key(job, chain) != face_key(renderer.job, renderer.chain):
-            return self.live_renderer(raw, sources, fps=fps)
+            return self.live_renderer(raw, sources, fps=fps, access=access)
         renderer.update_chain(chain)
         renderer.job = job
         return renderer
@@ -359,13 +502,16 @@ class Service:
         runtime: RuntimeSettings | None = None,
         downloads: ProgressFactory | None = None,
         turn: TakeTurn = nullcontext,
+        access: Access = OPERATOR,
     ) -> Scan:
         """The people of `target` as `faces scan` finds them (`engine.faces.people.scan`), kept per runtime: the
         previews and runs of these runtime settings (default: the default ones) number people from the same scan.
         Refused over `max_pixels` like a run. `downloads`: progress of an analyser's model download. `turn`: what
         the model work runs in, piece by piece (the analyser's loading, then each sample): `model_lock.brief`
         from a front end that shares the process, so a scan during a run goes between its batches sample by
-        sample; the default, nothing, when the caller holds the lock or has the process to itself."""
+        sample; the default, nothing, when the caller holds the lock or has the process to itself. `access`: the
+        target must be its file (a user's `runtime` comes from `preset(raw, access)`: the server's settings in)."""
+        self.check_files([target], access)
         runtime_settings = runtime or RuntimeSettings()
         info = video.probe(target)
         _check_pixels(target, info.width, info.height, runtime_settings.max_pixels)
