@@ -10,9 +10,9 @@ from cli.common import batch_size, registry
 from engine.job.settings import apply_overrides, load_preset_raw
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `benchmark` command's arguments."""
-    bench = sub.add_parser("benchmark", help="measure a chain on generated media: latency, fps, overhead, memory")
+    bench = sub.add_parser("benchmark", help=summary)
     bench.add_argument("--processors", nargs="+", metavar="ID", help="chain to measure (default: frame_enhancer)")
     bench.add_argument("--preset", help="take the settings from this preset (its processors unless given)")
     bench.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE", help="override one setting")

@@ -14,9 +14,9 @@ from engine.job.settings import Preset, RuntimeSettings, load_preset_raw
 from engine.models.manifest import EXPORTS_FILE
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `models` command's arguments."""
-    models = sub.add_parser("models", help="list, fetch and verify model files")
+    models = sub.add_parser("models", help=summary)
     msub = models.add_subparsers(dest="action", required=True, parser_class=Parser)
     mlist = msub.add_parser("list", help="every model with its licence and availability")
     mlist.add_argument("--json", action="store_true")
