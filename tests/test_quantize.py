@@ -215,10 +215,14 @@ def test_the_gate_refuses_a_graph_calibrated_on_damaged_frames(catalogue: Path) 
         quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, damaged)
     message = str(failed.value)
     assert failed.value.exit_code == 3 and "\n" not in message
-    found = re.search(r"by ([\d.]+) dB: ([\d.]+) dB PSNR", message)
-    assert found is not None
-    shortfall, got = (float(v) for v in found.groups())
+    tried = len(int8.candidates(int8.arithmetic()))
+    found = re.search(
+        rf"the best of {tried} schemes \(([\w-]+)\) reaches ([\d.]+) dB .* \(([\d.]+) dB short\)", message
+    )
+    assert found is not None and found.group(1) in int8.SCHEMES
+    got, shortfall = float(found.group(2)), float(found.group(3))
     assert got < 38.0 and shortfall == pytest.approx(38.0 - got, abs=0.11)
+    assert "runtime.precision=auto stays on fp32" in message
     assert not int8.graph_path(catalogue, MODEL).exists() and int8.read_index(catalogue) == {}
     assert list((catalogue / int8.FOLDER).iterdir()) == []  # no temp folder or graph left
 

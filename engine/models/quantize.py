@@ -10,13 +10,18 @@
 2. Preparation: ONNX shape inference and constant folding (ONNX Runtime's `quant_pre_process`), and every PRelu
    rewritten as `x + (slope − 1)·min(x, 0)` (the same function; ONNX Runtime has no int8 PRelu, and its float PRelu
    kernel costs as much as the convolution it follows; the rewrite's Mul and Add run as int8).
-3. Quantisation: ONNX Runtime's `quantize_static`, QDQ format, activations uint8 and weights int8 per channel,
-   ranges from the calibration frames' min/max.
-4. Quality gate, on the held-out frames: the int8 graph's output against the float32 graph's as PSNR — images
-   (enhancers) in 0–255 after rounding, other outputs (detector maps, embeddings) against the float32 output's
-   range. The worst held-out input must reach 38 dB for a frame enhancer and 35 dB for a face model; a graph that
-   does not is deleted and the error says by how much it fell short. Both graphs are also timed on those inputs.
-5. Record (engine/models/int8.py): the graph and a signed record of what it was made from.
+3. Quantisation: ONNX Runtime's `quantize_static`, QDQ format, activations uint8 per tensor with ranges from the
+   calibration frames' min/max (measured once, shared by every scheme tried), weights per channel as the scheme
+   says (engine/models/int8.py: int8 full or reduced range, or uint8; the first and last convolution float32 or
+   not). The schemes tried are the candidates for this CPU's arithmetic (`int8.candidates`), fastest first.
+4. Quality gate, on the held-out frames, for each scheme until one passes: the int8 graph's output against the
+   float32 graph's as PSNR — images (enhancers) in 0–255 after rounding, other outputs (detector maps,
+   embeddings) against the float32 output's range. The worst held-out input must reach 38 dB for a frame enhancer
+   and 35 dB for a face model. When no scheme does, nothing is kept and the error (one line) says by how much the
+   best fell short; jobs at `runtime.precision=auto` then stay on fp32 for the model. Both graphs are also timed
+   on those inputs. The same model, calibration and CPU arithmetic give the same bytes.
+5. Record (engine/models/int8.py): the graph, a signed record of what it was made from (its scheme included), and
+   the index entry: the scheme, this CPU (arithmetic, flags), every scheme tried with its PSNR, the gate.
 """
 
 from __future__ import annotations
@@ -139,15 +144,33 @@ class Quantised:
     calibration: str
     calibrated_on: int
     checked_on: int
+    scheme: int8.Scheme
+    # Every scheme tried, in order: {"scheme", "psnr_db", "int8_ms"} (the last one is `scheme`).
+    tried: tuple[dict[str, Any], ...] = ()
 
 
-def quantize(runtime: Runtime, model_id: str, calibration: Calibration | None = None) -> Quantised:
+def quantize(
+    runtime: Runtime, model_id: str, calibration: Calibration | None = None, scheme: str | None = None
+) -> Quantised:
     """Quantise `model_id` (a model `int8.offered`; its file fetched when missing) on `calibration` (default: the
-    demo media), gate it and record it in the models folder. Raises GateFailed when the gate refuses it (the
-    graph is deleted), InvalidInput for a model that offers none or a calibration that yields no input."""
+    demo media) under each candidate scheme for this CPU until one passes the gate (or under `scheme` alone, one
+    of int8.SCHEMES exact on this CPU), and record it in the models folder. Raises GateFailed when no scheme
+    passes (nothing is kept), InvalidInput for a model that offers none, a scheme this CPU does not sum exactly,
+    or a calibration that yields no input."""
     spec = runtime.manifest.get(model_id)
     if not int8.offered(spec):
         raise InvalidInput(f"{model_id} is a {spec.task} model; int8 graphs are made of {', '.join(int8.TASKS)} models")
+    here = int8.cpu()
+    schemes = int8.candidates(here["arithmetic"])
+    if scheme is not None:
+        if scheme not in int8.SCHEMES:
+            raise InvalidInput(f"--scheme {scheme}: unknown; one of {', '.join(int8.SCHEMES)}")
+        if int8.SCHEMES[scheme] not in schemes:
+            raise InvalidInput(
+                f"--scheme {scheme}: this CPU's int8 sums saturate (x86 without VNNI), so its gate would measure "
+                f"clipped arithmetic; one of {', '.join(s.name for s in schemes)}"
+            )
+        schemes = (int8.SCHEMES[scheme],)
     calibration = calibration or demo_calibration()
     (file,) = runtime.ensure([model_id], "onnx")
     spec = signature.checked(spec, file, runtime.local_path(file))
@@ -163,18 +186,29 @@ def quantize(runtime: Runtime, model_id: str, calibration: Calibration | None = 
         )
     target = int8.graph_path(runtime.folders.models, model_id)
     target.parent.mkdir(parents=True, exist_ok=True)
+    threshold = GATE_DB[spec.task]
+    tried: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix=".quantize-", dir=target.parent) as tmp:
-        made = Path(tmp, target.name)
-        started = time.perf_counter()
-        quantize_graph(source, made, calibrate, Path(tmp))
-        log.info("quantised %s in %.1f s", model_id, time.perf_counter() - started)
-        psnr, fp32_ms, int8_ms = gate(spec, source, made, check, threads=runtime.settings.threads)
-        threshold = GATE_DB[spec.task]
-        if psnr < threshold:
+        work = Path(tmp)
+        prepared = prepare_graph(source, work)
+        reference = Reference.of(source, check, threads=runtime.settings.threads)
+        for chosen in schemes:
+            made = work / f"{chosen.name}.onnx"
+            started = time.perf_counter()
+            quantize_graph(prepared, made, calibrate, chosen, work / "ranges.json")
+            psnr, int8_ms = gate(spec, made, check, reference, threads=runtime.settings.threads)
+            log.info("%s as %s: %.2f dB in %.1f s", model_id, chosen.name, psnr, time.perf_counter() - started)
+            tried.append({"scheme": chosen.name, "psnr_db": round(psnr, 2), "int8_ms": int8_ms})
+            if psnr >= threshold:
+                break
+        else:
+            best = max(tried, key=lambda t: t["psnr_db"])
             raise GateFailed(
-                f"the int8 graph of {model_id} fails the quality gate by {threshold - psnr:.1f} dB: {psnr:.1f} dB "
-                f"PSNR against fp32 on the worst of {len(check)} held-out inputs, {threshold:g} dB needed; nothing "
-                "was recorded (calibrate on images like the ones you process: --calibration DIR)"
+                f"int8 cannot pass the quality gate for {model_id} on this CPU: the best of {len(tried)} schemes "
+                f"({best['scheme']}) reaches {best['psnr_db']:.1f} dB PSNR against fp32 on the worst of {len(check)} "
+                f"held-out inputs, {threshold:g} dB needed ({threshold - best['psnr_db']:.1f} dB short); nothing was "
+                "recorded and runtime.precision=auto stays on fp32 for it (calibrating on images like the ones you "
+                "process, --calibration DIR, may help)"
             )
         os.replace(made, target)
     entry = {
@@ -184,11 +218,24 @@ def quantize(runtime: Runtime, model_id: str, calibration: Calibration | None = 
             "calibrated_on": len(calibrate),
             "checked_on": len(check),
         },
-        "gate": {"psnr_db": round(psnr, 2), "threshold_db": threshold, "fp32_ms": fp32_ms, "int8_ms": int8_ms},
+        "scheme": chosen.describe(),
+        "cpu": here,
+        "tried": tried,
+        "gate": {"psnr_db": round(psnr, 2), "threshold_db": threshold, "fp32_ms": reference.ms, "int8_ms": int8_ms},
     }
     int8.record(runtime.folders.models, model_id, target, runtime.graph_key(file), entry)
     return Quantised(
-        model_id, target, psnr, threshold, fp32_ms, int8_ms, calibration.source, len(calibrate), len(check)
+        model_id,
+        target,
+        psnr,
+        threshold,
+        reference.ms,
+        int8_ms,
+        calibration.source,
+        len(calibrate),
+        len(check),
+        chosen,
+        tuple(tried),
     )
 
 
@@ -246,9 +293,24 @@ def face_crops(frames: Sequence[Frame], template: str, size: int) -> list[Frame]
 
 
 # -- quantisation ---------------------------------------------------------------------------------------------
-def quantize_graph(source: Path, target: Path, calibrate: Sequence[Inputs], work: Path) -> None:
-    """Write to `target` the int8 QDQ graph of the float32 graph `source`, calibrated on `calibrate` (see the
-    module docstring, steps 2 and 3). `work`: a folder for the intermediate graph."""
+def prepare_graph(source: Path, work: Path) -> Path:
+    """The float32 graph `source` prepared for quantisation in the folder `work` (module docstring, step 2)."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = work / "prepared.onnx"
+    # Symbolic shape inference needs every axis resolvable, which graphs of any frame size are not.
+    quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+    rewrite_prelu(prepared)
+    return prepared
+
+
+def quantize_graph(
+    prepared: Path, target: Path, calibrate: Sequence[Inputs], scheme: int8.Scheme, ranges: Path
+) -> None:
+    """Write to `target` the int8 QDQ graph of the prepared float32 graph `prepared` under `scheme`, calibrated on
+    `calibrate` (module docstring, step 3). `ranges`: the activation ranges, measured on the first call and read
+    back by the next ones (they do not depend on the scheme)."""
+    import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -256,7 +318,6 @@ def quantize_graph(source: Path, target: Path, calibrate: Sequence[Inputs], work
         QuantType,
         quantize_static,
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     class Reader(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -265,19 +326,21 @@ def quantize_graph(source: Path, target: Path, calibrate: Sequence[Inputs], work
         def get_next(self) -> Inputs | None:
             return next(self.items, None)
 
-    prepared = work / "prepared.onnx"
-    # Symbolic shape inference needs every axis resolvable, which graphs of any frame size are not.
-    quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-    rewrite_prelu(prepared)
+    convolutions = [
+        n.name for n in onnx.load(str(prepared), load_external_data=False).graph.node if n.op_type == "Conv"
+    ]
     quantize_static(
         str(prepared),
         str(target),
         Reader(),
         quant_format=QuantFormat.QDQ,
         activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8 if scheme.weights == "int8" else QuantType.QUInt8,
         per_channel=True,
+        reduce_range=scheme.reduce_range,
+        nodes_to_exclude=[convolutions[0], convolutions[-1]] if scheme.float_ends and convolutions else [],
         calibrate_method=CalibrationMethod.MinMax,
+        calibration_cache_path=str(ranges),
     )
 
 
@@ -322,27 +385,69 @@ def rewrite_prelu(path: Path) -> int:
 
 
 # -- the gate -------------------------------------------------------------------------------------------------
-def gate(
-    spec: ModelSpec, fp32: Path, quantised: Path, check: Sequence[Inputs], threads: int = 0
-) -> tuple[float, float, float]:
-    """(worst PSNR over `check` in dB, median ms per input of the float32 graph, of the int8 graph), both run as a
-    job runs them (ONNX Runtime on the CPU), interleaved, after one warm-up call each."""
-    from engine.backends import Device
-    from engine.backends.onnx import OnnxSession
+@dataclass(frozen=True)
+class Reference:
+    """The float32 graph's outputs on the held-out inputs and its median time per input (ms), measured once for
+    every scheme's gate."""
 
-    sessions = [OnnxSession(path, Device("cpu"), threads=threads, cache_dir=path.parent) for path in (fp32, quantised)]
-    for session in sessions:
+    outputs: tuple[list[npt.NDArray[Any]], ...]
+    ms: float
+
+    @classmethod
+    def of(cls, fp32: Path, check: Sequence[Inputs], threads: int = 0) -> Reference:
+        session = _cpu_session(fp32, threads)
         session.run(check[0])
+        outputs, times = [], []
+        for inputs in check:
+            started = time.perf_counter()
+            outputs.append(session.run(inputs))
+            times.append((time.perf_counter() - started) * 1000)
+        return cls(tuple(outputs), round(statistics.median(times), 2))
+
+
+def gate(
+    spec: ModelSpec, quantised: Path, check: Sequence[Inputs], reference: Reference, threads: int = 0
+) -> tuple[float, float]:
+    """(worst PSNR over `check` in dB against the float32 outputs `reference`, median ms per input), the int8
+    graph run as a job runs it (ONNX Runtime on the CPU), after one warm-up call."""
+    session = _cpu_session(quantised, threads)
+    session.run(check[0])
+    worst = math.inf
+    times: list[float] = []
+    for inputs, expected in zip(check, reference.outputs, strict=True):
+        started = time.perf_counter()
+        outputs = session.run(inputs)
+        times.append((time.perf_counter() - started) * 1000)
+        worst = min(worst, output_psnr(spec, expected, outputs))
+    return worst, round(statistics.median(times), 2)
+
+
+def compare(
+    spec: ModelSpec, fp32: Path, quantised: Path, inputs: Sequence[Inputs], threads: int = 0
+) -> tuple[float, float, float]:
+    """(worst PSNR over `inputs` in dB, median ms per input of the float32 graph, of the int8 graph), both run as a
+    job runs them, interleaved (so a load on the machine weighs on both alike), after one warm-up call each: what
+    `launch.py benchmark --precision int8` reports."""
+    sessions = [_cpu_session(path, threads) for path in (fp32, quantised)]
+    for session in sessions:
+        session.run(inputs[0])
     worst = math.inf
     times: list[list[float]] = [[], []]
-    for inputs in check:
+    for each in inputs:
         outputs = []
         for session, spent in zip(sessions, times, strict=True):
             started = time.perf_counter()
-            outputs.append(session.run(inputs))
+            outputs.append(session.run(each))
             spent.append((time.perf_counter() - started) * 1000)
         worst = min(worst, output_psnr(spec, outputs[0], outputs[1]))
     return worst, round(statistics.median(times[0]), 2), round(statistics.median(times[1]), 2)
+
+
+def _cpu_session(path: Path, threads: int) -> Any:
+    from engine.backends import Device
+    from engine.backends.onnx import OnnxSession
+
+    return OnnxSession(path, Device("cpu"), threads=threads, cache_dir=path.parent)
 
 
 def output_psnr(spec: ModelSpec, reference: Sequence[npt.NDArray[Any]], test: Sequence[npt.NDArray[Any]]) -> float:

@@ -211,7 +211,8 @@ def precision_rows(runtime: Runtime, target: Path, info: Any) -> list[dict[str, 
         inputs = quantize.inputs_for(spec, names, whole_frames=True)(frames)
         if not inputs:
             continue
-        psnr, fp32_ms, int8_ms = quantize.gate(spec, fp32, loaded.quantized, inputs, threads=runtime.settings.threads)
+        threads = runtime.settings.threads
+        psnr, fp32_ms, int8_ms = quantize.compare(spec, fp32, loaded.quantized, inputs, threads=threads)
         rows.append(
             {
                 "model": spec.id,
