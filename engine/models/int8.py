@@ -228,8 +228,9 @@ def find(models: Path, spec: ModelSpec, source_key: str, here: Arithmetic | None
         made_on = (entry.get("cpu") or {}).get("arithmetic", "another")
         raise ModelUnavailable(
             f"the int8 graph of {spec.id} ({scheme.name}: full-range int8 weights, gated on a CPU whose int8 sums are "
-            f"{made_on}) would clip on this CPU, which sums pairs of products in 16 bits (x86 without VNNI); "
-            f"{how_to_make(spec.id)} here, which picks a scheme exact on it"
+            f"{made_on}) would clip on this CPU, which sums pairs of products in 16 bits (x86 without VNNI); quantise "
+            f"it again here, which picks a scheme exact on it: `python launch.py models quantize {spec.id}` (or set "
+            "runtime.precision=fp32)"
         )
     return path
 
