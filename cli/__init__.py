@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -53,6 +54,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # No network unless a download or --share asks for it: the Hugging Face hub library (Gradio imports it) neither
+    # looks anything up nor sends telemetry; models download through engine/models/fetch.py, which it does not
+    # affect. A value the user set is kept.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     debug = "--debug" in argv
     # Errors reach the user as one `error:` line; the log is for --debug (what fell back, what was cached …).
     logging.basicConfig(level=logging.DEBUG if debug else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
