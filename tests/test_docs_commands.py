@@ -53,8 +53,8 @@ CLUSTER = "starts or joins a Ray cluster (test_cluster.py runs jobs on a local o
 SHARE = "opens a public link through Gradio's share servers (network)"
 QUICK_START = "the quick start: test_quickstart.py runs it with no terminal on a fresh copy of the checkout"
 QUANTIZE = (
-    "quantising calibrates and gates the embedded upscaler for minutes on 2 CPU cores, and its gate fails on CPUs "
-    "without VNNI until issue 33 lands (test_quantize.py runs the same path on a generated graph)"
+    "quantising calibrates and gates the embedded upscaler for minutes on 2 CPU cores (test_quantize.py runs the "
+    "same path on a generated graph, and the README's command on the embedded upscaler in its slow test)"
 )
 NEEDS_INT8 = "needs the int8 graph `models quantize realesr_animevideov3` makes (excused: QUANTIZE)"
 REASONS = {DOWNLOAD, GPU, CAMERA, CLUSTER, SHARE, QUICK_START, QUANTIZE, NEEDS_INT8}
