@@ -23,8 +23,8 @@ def add(sub: Any, summary: str) -> None:
     bench.add_argument("--batch", type=batch_size, help="frames per processor call: auto or N (default: the preset's)")
     bench.add_argument(
         "--precision",
-        choices=["fp32", "fp16", "int8"],
-        help="runtime.precision of the run; int8 also measures each int8 graph against its fp32 graph",
+        choices=["auto", "fp32", "fp16", "int8"],
+        help="runtime.precision of the run; auto and int8 also measure each int8 graph that ran against its fp32 graph",
     )
     bench.add_argument("--json", type=Path, help="write the result as JSON here")
     bench.add_argument("--plot", type=Path, help="write a PNG plot here")
