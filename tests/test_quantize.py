@@ -434,6 +434,11 @@ def test_a_graph_that_would_clip_on_this_cpu_is_refused_and_auto_runs_fp32(
     code, err, out = _run(tmp_path, capsys, "auto", "_refused")
     assert code == 0 and "on onnx (CPUExecutionProvider), no audio" in err and out.exists()
     assert made.path.is_file()  # refused here, not deleted
+    # `doctor` and `models verify` say so as the job does.
+    files, problems = _doctor_int8()
+    assert [f["status"] for f in files] == ["clips"] and [p.severity for p in problems] == ["warning"]
+    assert "clip on this CPU" in problems[0].message
+    assert f"requantise {MODEL:<30} {made.path}" in _verify(capsys)[1]
 
     # Quantising again on this CPU tries only what it sums exactly, and the result runs here.
     again = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())

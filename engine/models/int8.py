@@ -17,7 +17,8 @@ int8 weights are exact on an `exact` CPU only; reduced-range (7-bit) int8 weight
 both, so a graph of those schemes gives the same integers on any CPU and its gate holds everywhere. A graph gated
 on an `exact` CPU with full-range weights is refused on a `saturating` one (a job says to quantise it again there).
 
-Before a job with `runtime.precision = int8` loads a graph (`find`):
+Before a job with `runtime.precision = int8` (or `auto`, which runs fp32 instead of refusing) loads a graph
+(`find`):
 - no graph, or one made from another file of the model: ModelUnavailable saying how to make one;
 - a graph whose bytes differ from its record (modified, corrupt): ChecksumMismatch, left in place;
 - a record this key did not sign, or for another quantiser version: ChecksumMismatch (quantise it again);
@@ -198,10 +199,10 @@ def record(models: Path, model_id: str, graph: Path, source_key: str, entry: Map
     os.replace(tmp, path)
 
 
-def find(models: Path, spec: ModelSpec, source_key: str, here: Arithmetic | None = None) -> Path:
-    """The verified int8 graph of `spec` made from the float32 graph with content key `source_key`, for a CPU of
-    arithmetic `here` (default: this one's); raises ModelUnavailable (none, made from another file, or of a scheme
-    not exact here) or ChecksumMismatch (see the module docstring)."""
+def find(models: Path, spec: ModelSpec, source_key: str) -> Path:
+    """The verified int8 graph of `spec` made from the float32 graph with content key `source_key`, of a scheme
+    exact on this CPU; raises ModelUnavailable (none, made from another file, or of a scheme that clips here) or
+    ChecksumMismatch (see the module docstring)."""
     found = _examine(models, spec, {source_key})
     if found is None or found[0] == "unindexed":
         raise ModelUnavailable(f"runtime.precision=int8 needs a quantised graph of {spec.id}: {how_to_make(spec.id)}")
@@ -221,10 +222,9 @@ def find(models: Path, spec: ModelSpec, source_key: str, here: Arithmetic | None
             f"signed by this installation, or is for an older quantiser); quantise it again: "
             f"`python launch.py models quantize {spec.id}`"
         )
-    entry = read_index(models)[spec.id]
-    scheme = SCHEMES[str(entry["scheme"]["name"])]
-    here = here or arithmetic()
-    if here not in scheme.exact_on:
+    if status == "clips":
+        entry = read_index(models)[spec.id]
+        scheme = SCHEMES[str(entry["scheme"]["name"])]
         made_on = (entry.get("cpu") or {}).get("arithmetic", "another")
         raise ModelUnavailable(
             f"the int8 graph of {spec.id} ({scheme.name}: full-range int8 weights, gated on a CPU whose int8 sums are "
@@ -235,14 +235,15 @@ def find(models: Path, spec: ModelSpec, source_key: str, here: Arithmetic | None
     return path
 
 
-Check = Literal["ok", "tampered", "unrecorded", "stale"]
+Check = Literal["ok", "tampered", "unrecorded", "stale", "clips"]
 
 
 def check(models: Path, spec: ModelSpec, source_keys: Collection[str]) -> tuple[Check, Path] | None:
     """What a job at runtime.precision=int8 would find of `spec`'s int8 graph in the models folder `models`, for
     `doctor` and `models verify` (None: there is none): `ok` (used), `tampered` (its bytes no longer match its
     record), `unrecorded` (no record this installation signed, or one of an older quantiser), `stale` (not in the
-    index, or made from a float32 graph other than those `source_keys` name). A job refuses all but `ok`."""
+    index, or made from a float32 graph other than those `source_keys` name), `clips` (of a scheme whose int8
+    sums clip on this CPU: gated on a CPU of the other kind). A job refuses all but `ok`."""
     found = _examine(models, spec, source_keys)
     if found is None:
         return None
@@ -269,6 +270,8 @@ def _examine(
     status, actual = derived.check(
         path, _signed_source(str(entry["source"]), _calibration_of(entry), scheme), QUANTISER_VERSION
     )
+    if status == "ok" and arithmetic() not in SCHEMES[scheme].exact_on:
+        return "clips", path, actual
     return status, path, actual
 
 

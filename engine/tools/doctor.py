@@ -562,13 +562,13 @@ def check_models(runtime: Runtime, default_models: Collection[str]) -> Result:
     sha256: left in place), `missing`; and each cached conversion of a file, checked as a job checks it
     (`Runtime.check_conversion`): `present-verified`, `tampered` (refused by a job: an error), `unrecorded` (no
     record this installation signed: a job makes it again; a warning); and its int8 graph, if `models quantize`
-    made one (`Runtime.check_int8`): `present-verified`, `tampered` (an error), `unrecorded` or `stale` (a job at
-    runtime.precision=int8 refuses it; a warning). A model's status is its best file's (`tampered` first: it needs
-    action). `needed` marks the models the default job loads; one of them missing is an error."""
+    made one (`Runtime.check_int8`): `present-verified`, `tampered` (an error), `unrecorded`, `stale` or `clips`
+    (a job at runtime.precision=int8 refuses it; a warning). A model's status is its best file's (`tampered`
+    first: it needs action). `needed` marks the models the default job loads; one of them missing is an error."""
     from engine.core.errors import ChecksumMismatch
 
     rows, problems = [], []
-    order = ("tampered", "present-verified", "embedded", "unrecorded", "stale", "missing")
+    order = ("tampered", "present-verified", "embedded", "unrecorded", "stale", "clips", "missing")
     for spec in runtime.manifest.models.values():
         files = []
         for file in spec.files:
@@ -636,7 +636,8 @@ def _int8(runtime: Runtime, spec: ModelSpec, problems: list[Problem]) -> list[di
     elif status != "ok":
         why = {"unrecorded": "has no record this installation signed (or one of an older quantiser)",
                "stale": f"is not in {int8.FOLDER}/{int8.INDEX}, or was made from another file of the model than a "
-                        "job loads"}[status]  # fmt: skip
+                        "job loads",
+               "clips": "is of a scheme whose sums clip on this CPU (gated on one with VNNI)"}[status]  # fmt: skip
         problems.append(Problem("models", "warning", f"the int8 graph {path} of {spec.id} {why}: a job at "
                                 "runtime.precision=int8 refuses it", again))  # fmt: skip
     shown = {"ok": "present-verified"}.get(status, status)
