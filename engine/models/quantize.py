@@ -162,16 +162,7 @@ def quantize(
     if not int8.offered(spec):
         raise InvalidInput(f"{model_id} is a {spec.task} model; int8 graphs are made of {', '.join(int8.TASKS)} models")
     here = int8.cpu()
-    schemes = int8.candidates(here["arithmetic"])
-    if scheme is not None:
-        if scheme not in int8.SCHEMES:
-            raise InvalidInput(f"--scheme {scheme}: unknown; one of {', '.join(int8.SCHEMES)}")
-        if int8.SCHEMES[scheme] not in schemes:
-            raise InvalidInput(
-                f"--scheme {scheme}: this CPU's int8 sums saturate (x86 without VNNI), so its gate would measure "
-                f"clipped arithmetic; one of {', '.join(s.name for s in schemes)}"
-            )
-        schemes = (int8.SCHEMES[scheme],)
+    schemes = _schemes(here["arithmetic"], scheme)
     calibration = calibration or demo_calibration()
     (file,) = runtime.ensure([model_id], "onnx")
     spec = signature.checked(spec, file, runtime.local_path(file))
@@ -188,31 +179,9 @@ def quantize(
     target = int8.graph_path(runtime.folders.models, model_id)
     target.parent.mkdir(parents=True, exist_ok=True)
     threshold = GATE_DB[spec.task]
-    tried: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix=".quantize-", dir=target.parent) as tmp:
-        work = Path(tmp)
-        prepared = prepare_graph(source, work)
         threads = runtime.settings.threads
-        fp32 = _cpu_session(source, threads)
-        reference = [fp32.run(inputs) for inputs in check]
-        for chosen in schemes:
-            made = work / f"{chosen.name}.onnx"
-            started = time.perf_counter()
-            quantize_graph(prepared, made, calibrate, chosen, work / "ranges.json")
-            psnr = gate(spec, made, check, reference, threads)
-            log.info("%s as %s: %.2f dB in %.1f s", model_id, chosen.name, psnr, time.perf_counter() - started)
-            tried.append({"scheme": chosen.name, "psnr_db": round(psnr, 2)})
-            if psnr >= threshold:
-                break
-        else:
-            best = max(tried, key=lambda t: t["psnr_db"])
-            raise GateFailed(
-                f"int8 cannot pass the quality gate for {model_id} on this CPU: the best of {len(tried)} schemes "
-                f"({best['scheme']}) reaches {best['psnr_db']:.1f} dB PSNR against fp32 on the worst of {len(check)} "
-                f"held-out inputs, {threshold:g} dB needed ({threshold - best['psnr_db']:.1f} dB short); nothing was "
-                "recorded and runtime.precision=auto stays on fp32 for it (calibrating on images like the ones you "
-                "process, --calibration DIR, may help)"
-            )
+        chosen, made, psnr, tried = _first_passing(spec, source, schemes, calibrate, check, Path(tmp), threads)
         # Timed as the benchmark times them: both graphs on the held-out inputs, interleaved.
         _, fp32_ms, int8_ms = compare(spec, source, made, check, threads)
         os.replace(made, target)
@@ -241,6 +210,58 @@ def quantize(
         len(check),
         chosen,
         tuple(tried),
+    )
+
+
+def _schemes(arithmetic: int8.Arithmetic, scheme: str | None) -> tuple[int8.Scheme, ...]:
+    """The schemes to try on a CPU of `arithmetic`: its candidates, or `scheme` alone (InvalidInput when it is
+    unknown or clips on this CPU)."""
+    schemes = int8.candidates(arithmetic)
+    if scheme is None:
+        return schemes
+    if scheme not in int8.SCHEMES:
+        raise InvalidInput(f"--scheme {scheme}: unknown; one of {', '.join(int8.SCHEMES)}")
+    if int8.SCHEMES[scheme] not in schemes:
+        raise InvalidInput(
+            f"--scheme {scheme}: this CPU's int8 sums saturate (x86 without VNNI), so its gate would measure "
+            f"clipped arithmetic; one of {', '.join(s.name for s in schemes)}"
+        )
+    return (int8.SCHEMES[scheme],)
+
+
+def _first_passing(
+    spec: ModelSpec,
+    source: Path,
+    schemes: Sequence[int8.Scheme],
+    calibrate: Sequence[Inputs],
+    check: Sequence[Inputs],
+    work: Path,
+    threads: int,
+) -> tuple[int8.Scheme, Path, float, list[dict[str, Any]]]:
+    """Quantise the float32 graph `source` under each of `schemes` in turn (in the folder `work`) until one passes
+    the gate on `check`: (that scheme, its graph, its PSNR in dB, every scheme tried with its PSNR). Raises
+    GateFailed, in one line, when none does."""
+    threshold = GATE_DB[spec.task]
+    prepared = prepare_graph(source, work)
+    fp32 = _cpu_session(source, threads)
+    reference = [fp32.run(inputs) for inputs in check]
+    tried: list[dict[str, Any]] = []
+    for scheme in schemes:
+        made = work / f"{scheme.name}.onnx"
+        started = time.perf_counter()
+        quantize_graph(prepared, made, calibrate, scheme, work / "ranges.json")
+        psnr = gate(spec, made, check, reference, threads)
+        log.info("%s as %s: %.2f dB in %.1f s", spec.id, scheme.name, psnr, time.perf_counter() - started)
+        tried.append({"scheme": scheme.name, "psnr_db": round(psnr, 2)})
+        if psnr >= threshold:
+            return scheme, made, psnr, tried
+    best = max(tried, key=lambda t: t["psnr_db"])
+    raise GateFailed(
+        f"int8 cannot pass the quality gate for {spec.id} on this CPU: the best of {len(tried)} schemes "
+        f"({best['scheme']}) reaches {best['psnr_db']:.1f} dB PSNR against fp32 on the worst of {len(check)} "
+        f"held-out inputs, {threshold:g} dB needed ({threshold - best['psnr_db']:.1f} dB short); nothing was "
+        "recorded and runtime.precision=auto stays on fp32 for it (calibrating on images like the ones you "
+        "process, --calibration DIR, may help)"
     )
 
 
