@@ -138,7 +138,7 @@ def test_commands_are_found_in_the_docs() -> None:
     assert "run --demo --yes" in DOCUMENTED and DOCUMENTED["run --demo --yes"] == "README.md:21"
     assert "doctor --json" in DOCUMENTED and DOCUMENTED["doctor --json"].startswith("docs/guide/doctor.md:")
     # Continuation lines are joined and comments dropped.
-    assert DOCUMENTED["run --source me.jpg --target clip.mp4 --output out.mp4 --yes"] == "README.md:43"
+    assert DOCUMENTED["run --source me.jpg --target clip.mp4 --output out.mp4 --yes"] == "README.md:49"
     assert "" in DOCUMENTED and "faces scan --target clip.mp4 --json" in DOCUMENTED
     assert len(DOCUMENTED) >= 30
 
