@@ -68,9 +68,9 @@ def _guarded(tmp_path: Path, *args: str) -> tuple[list[str], Path]:
 
 
 def _env(log: Path) -> dict[str, str]:
-    # Gradio's own analytics (a version check and usage pings) are switched off by the studio itself on the
-    # security branch (webui/app.py); this test sets its documented flag so that it guards everything else.
-    return {**os.environ, "SOCKET_GUARD_LOG": str(log), "GRADIO_ANALYTICS_ENABLED": "False"}
+    # Gradio's own analytics flag is left unset: the studio switches them off itself (webui/app.py, webui/page.py).
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADIO_ANALYTICS_ENABLED", "HF_HUB_OFFLINE")}
+    return {**env, "SOCKET_GUARD_LOG": str(log)}
 
 
 def test_the_guard_sees_a_connection_to_another_host(tmp_path: Path) -> None:
