@@ -72,7 +72,7 @@ OPTIONAL = {
     "gradio": ("the web UI", "pip install gradio"),
     "onnx": ("ONNX conversions and exports", "pip install onnx"),
 }
-# The PyTorch backend's packages (pyproject.toml's `torch` extra, part of the `gpu` profile).
+# The PyTorch backend's packages (requirements/torch.txt, part of the default profile).
 TORCH_PACKAGES = ("torch", "torchvision", "spandrel")
 
 ENCODERS = ("libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc")
