@@ -5,8 +5,9 @@
 #       facestudio ui --host 0.0.0.0 --auth me:a-long-password
 #
 # CUDA 13 with cuDNN 9: what the onnxruntime-gpu (≥ 1.20, CUDA 13 builds on PyPI) and torch (+cu130) wheels that
-# pyproject.toml pulls are built for. The wheels bring their own CUDA/cuDNN libraries too; the base image keeps
-# the system copies of the same major versions, so either is found. Only the driver comes from the host.
+# pyproject.toml pulls (the default install profile: requirements/gpu.txt, requirements/torch.txt) are built for.
+# The wheels bring their own CUDA/cuDNN libraries too; the base image keeps the system copies of the same major
+# versions, so either is found. Only the driver comes from the host.
 FROM nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04
 
 # compute: CUDA; utility: nvidia-smi (the app's GPU detection); video: NVENC/NVDEC for ffmpeg.
@@ -33,6 +34,7 @@ WORKDIR /app
 # Dependencies first (pyproject.toml installs no packages of its own), so code changes reuse this layer.
 ARG EXTRAS=""
 COPY pyproject.toml README.md ./
+COPY requirements ./requirements
 RUN python3 -m venv /opt/venv \
     && pip install --upgrade pip \
     && pip install ".${EXTRAS:+[$EXTRAS]}"

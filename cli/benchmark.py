@@ -10,9 +10,9 @@ from cli.common import batch_size, registry
 from engine.job.settings import apply_overrides, load_preset_raw
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `benchmark` command's arguments."""
-    bench = sub.add_parser("benchmark", help="measure a chain on generated media: latency, fps, overhead, memory")
+    bench = sub.add_parser("benchmark", help=summary)
     bench.add_argument("--processors", nargs="+", metavar="ID", help="chain to measure (default: frame_enhancer)")
     bench.add_argument("--preset", help="take the settings from this preset (its processors unless given)")
     bench.add_argument("--set", action="append", default=[], metavar="ID.FIELD=VALUE", help="override one setting")
@@ -23,8 +23,8 @@ def add(sub: Any) -> None:
     bench.add_argument("--batch", type=batch_size, help="frames per processor call: auto or N (default: the preset's)")
     bench.add_argument(
         "--precision",
-        choices=["fp32", "fp16", "int8"],
-        help="runtime.precision of the run; int8 also measures each int8 graph against its fp32 graph",
+        choices=["auto", "fp32", "fp16", "int8"],
+        help="runtime.precision of the run; auto and int8 also measure each int8 graph that ran against its fp32 graph",
     )
     bench.add_argument("--json", type=Path, help="write the result as JSON here")
     bench.add_argument("--plot", type=Path, help="write a PNG plot here")

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core import consent
 from engine.core.errors import ConsentRequired, FacestudioError
-from engine.job.processor import FrameProcessor
-from engine.job.settings import Job, apply_overrides, load_preset_raw
 
 if TYPE_CHECKING:
+    from engine.job.processor import FrameProcessor
+    from engine.job.settings import Job
     from engine.models import fetch
 
 
@@ -83,6 +83,8 @@ def require_consent(yes: bool) -> None:
 
 def job_from_args(args: argparse.Namespace) -> Job:
     """Build the Job exactly as documented: preset (or --job sidecar), then --processors, --set, flags, paths."""
+    from engine.job.settings import Job, apply_overrides, load_preset_raw
+
     if args.job is not None:
         from engine.run.sidecar import load_sidecar_job
 

@@ -10,9 +10,9 @@ from cli.common import registry, service
 from engine.job.settings import Preset, load_preset_raw
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `doctor` command's arguments."""
-    doctor = sub.add_parser("doctor", help="check this machine: packages, ffmpeg, providers, GPU, folders, models")
+    doctor = sub.add_parser("doctor", help=summary)
     doctor.add_argument("--json", action="store_true", help="print the report as JSON (keys: docs/guide/doctor.md)")
 
 

@@ -11,9 +11,9 @@ from cli.common import Parser, UsageError, download_progress, registry, service
 from engine.job.settings import Preset, apply_overrides, load_preset_raw
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `faces` command's arguments."""
-    faces = sub.add_parser("faces", help="the people in a target")
+    faces = sub.add_parser("faces", help=summary)
     fsub = faces.add_subparsers(dest="action", required=True, parser_class=Parser)
     fscan = fsub.add_parser("scan", help="list the people of a target, with a picture of each (renders nothing)")
     fscan.add_argument("--target", type=Path, required=True, help="image or video to look at")

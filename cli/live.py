@@ -12,9 +12,9 @@ from typing import Any
 from cli.common import UsageError, job_from_args, positive, registry, require_consent
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `live` command's arguments."""
-    live = sub.add_parser("live", help="swap faces on a local camera as it films: a window, a virtual camera, a file")
+    live = sub.add_parser("live", help=summary)
     live.add_argument("--camera", required=True, metavar="N|FILE", help="camera number (0: the first) or a video file")
     live.add_argument("--source", type=Path, action="append", default=[], help="source face image (repeatable)")
     live.add_argument("--processors", nargs="+", metavar="ID", help=f"chain, in order: {', '.join(registry())}")

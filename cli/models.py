@@ -14,9 +14,9 @@ from engine.job.settings import Preset, RuntimeSettings, load_preset_raw
 from engine.models.manifest import EXPORTS_FILE
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `models` command's arguments."""
-    models = sub.add_parser("models", help="list, fetch and verify model files")
+    models = sub.add_parser("models", help=summary)
     msub = models.add_subparsers(dest="action", required=True, parser_class=Parser)
     mlist = msub.add_parser("list", help="every model with its licence and availability")
     mlist.add_argument("--json", action="store_true")
@@ -43,6 +43,12 @@ def add(sub: Any) -> None:
         "--calibration", type=Path, metavar="DIR", help="images to calibrate on (default: the embedded demo media)"
     )
     mquant.add_argument("--offline", action="store_true", help="never download the model's file")
+    mquant.add_argument(
+        "--scheme",
+        metavar="NAME",
+        help="quantise under this scheme only (s8, s8-float-ends, s8-reduced, …: README); default: try the ones this "
+        "CPU sums exactly, fastest first, and keep the first that passes the gate",
+    )
 
 
 def command(args: argparse.Namespace) -> int:
@@ -57,7 +63,7 @@ def command(args: argparse.Namespace) -> int:
     if args.action == "export":
         return _models_export(catalogue, ids[0], fp16=args.fp16, offline=args.offline)
     if args.action == "quantize":
-        return _models_quantize(ids[0], args.calibration, offline=args.offline)
+        return _models_quantize(ids[0], args.calibration, offline=args.offline, scheme=args.scheme)
     if getattr(args, "preset", None):
         preset = Preset.parse(load_preset_raw(args.preset), registry())
         for path in catalogue.ensure_preset(preset, download_progress, say):
@@ -140,7 +146,7 @@ def _models_export(catalogue: Any, model_id: str, *, fp16: bool, offline: bool) 
     return 0
 
 
-def _models_quantize(model_id: str, calibration: Path | None, *, offline: bool) -> int:
+def _models_quantize(model_id: str, calibration: Path | None, *, offline: bool, scheme: str | None) -> int:
     """Quantise `model_id` to int8 in the models folder; prints the gate's PSNR and both graphs' times."""
     from engine.models import quantize
 
@@ -148,12 +154,13 @@ def _models_quantize(model_id: str, calibration: Path | None, *, offline: bool) 
     say(f"licence: {runtime.manifest.get(model_id).licence_line()}")
     frames = quantize.folder_calibration(calibration) if calibration else quantize.demo_calibration()
     say(f"calibrating {model_id} on {frames.source} (a minute or more on a CPU) …")
-    made = quantize.quantize(runtime, model_id, frames)
+    made = quantize.quantize(runtime, model_id, frames, scheme)
+    before = "; ".join(f"{t['scheme']} {t['psnr_db']:.1f} dB" for t in made.tried[:-1])
     print(
-        f"quantised {model_id} → {made.path}: {made.psnr_db:.1f} dB PSNR against fp32 on the worst of "
-        f"{made.checked_on} held-out inputs (gate {made.threshold_db:g} dB); {made.int8_ms:.0f} ms int8 vs "
-        f"{made.fp32_ms:.0f} ms fp32 per input here (×{made.int8_ms / made.fp32_ms:.2f}); calibrated on "
-        f"{made.calibrated_on} inputs from {made.calibration}"
+        f"quantised {model_id} → {made.path} as {made.scheme.name}{f' (after {before})' if before else ''}: "
+        f"{made.psnr_db:.1f} dB PSNR against fp32 on the worst of {made.checked_on} held-out inputs (gate "
+        f"{made.threshold_db:g} dB); {made.int8_ms:.0f} ms int8 vs {made.fp32_ms:.0f} ms fp32 per input here "
+        f"(×{made.int8_ms / made.fp32_ms:.2f}); calibrated on {made.calibrated_on} inputs from {made.calibration}"
     )
-    print("jobs with --set runtime.precision=int8 on the CPU now run it")
+    print("jobs on the CPU at runtime.precision=auto (the default) or int8 now run it")
     return 0

@@ -13,9 +13,9 @@ from engine.core.errors import InvalidJob
 from engine.job.settings import Preset, load_preset_raw, preset_schema
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `presets` command's arguments."""
-    presets = sub.add_parser("presets", help="list, check and describe presets")
+    presets = sub.add_parser("presets", help=summary)
     psub = presets.add_subparsers(dest="action", required=True, parser_class=Parser)
     psub.add_parser("list", help="built-in presets")
     pcheck = psub.add_parser("check", help="validate preset files (default: all built-in ones)")

@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO_DIR = ROOT / "outputs" / "demo"
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `run` command's arguments."""
-    run = sub.add_parser("run", help="process a target image or video")
+    run = sub.add_parser("run", help=summary)
     run.add_argument("--target", type=Path, help="image or video to process")
     run.add_argument("--output", type=Path, help="where to write the result (same kind as the target)")
     run.add_argument("--source", type=Path, action="append", default=[], help="source face image (repeatable)")

@@ -14,9 +14,9 @@ from typing import Any
 from cli.common import UsageError, positive
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `ui` command's arguments."""
-    ui = sub.add_parser("ui", help="start the web UI (the default command)")
+    ui = sub.add_parser("ui", help=summary)
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     ui.add_argument("--port", type=int, default=7860)
     ui.add_argument("--share", action="store_true", help="also serve through a public Gradio share link")

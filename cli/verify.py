@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 
-def add(sub: Any) -> None:
+def add(sub: Any, summary: str) -> None:
     """The `verify` command's arguments."""
-    verify = sub.add_parser("verify", help="check a file's Content Credentials and watermark: who, what, when")
+    verify = sub.add_parser("verify", help=summary)
     verify.add_argument("file", type=Path, metavar="FILE", help="image or video (any tool's) to check")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
 

@@ -67,6 +67,35 @@ def test_auto_device_without_gpu_falls_back_to_cpu(tmp_path: Path) -> None:
         assert session.provider == "CPUExecutionProvider"
 
 
+def test_a_session_on_the_gpu_preloads_the_cuda_libraries_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The gpu profile's CUDA and cuDNN come from PyTorch's NVIDIA wheels: ONNX Runtime's `preload_dlls` loads them
+    before a CUDA session is made (what it prints stays off stdout); a CPU session does not ask."""
+    from engine.backends import onnx as onnx_backend
+
+    calls: list[str] = []
+
+    def preload() -> None:
+        calls.append("preload")
+        print("WARNING: the installed PyTorch uses CUDA 12.x")
+
+    real_session = onnx_backend.ort.InferenceSession
+
+    def session(*args: object, **kwargs: object) -> object:
+        calls.append("session")
+        return real_session(*args, **kwargs)
+
+    monkeypatch.setattr(onnx_backend.ort, "preload_dlls", preload, raising=False)
+    monkeypatch.setattr(onnx_backend.ort, "InferenceSession", session)
+    OnnxSession(_identity_model(tmp_path / "m.onnx"), Device("cpu", explicit=True), cache_dir=tmp_path)
+    assert calls == ["session"]
+    calls.clear()
+    monkeypatch.setattr(onnx_backend, "gpu_visible", lambda: True)
+    OnnxSession(_identity_model(tmp_path / "m.onnx"), Device.parse("auto"), cache_dir=tmp_path)
+    assert calls[0] == "preload" and "session" in calls and capsys.readouterr().out == ""
+
+
 @pytest.mark.skipif(gpu_visible(), reason="checks the refusal on a machine without a GPU")
 def test_explicit_cuda_without_gpu_is_one_typed_error(tmp_path: Path) -> None:
     with pytest.raises(BackendUnavailable) as info:

@@ -53,8 +53,8 @@ CLUSTER = "starts or joins a Ray cluster (test_cluster.py runs jobs on a local o
 SHARE = "opens a public link through Gradio's share servers (network)"
 QUICK_START = "the quick start: test_quickstart.py runs it with no terminal on a fresh copy of the checkout"
 QUANTIZE = (
-    "quantising calibrates and gates the embedded upscaler for minutes on 2 CPU cores, and its gate fails on CPUs "
-    "without VNNI until issue 33 lands (test_quantize.py runs the same path on a generated graph)"
+    "quantising calibrates and gates the embedded upscaler for minutes on 2 CPU cores (test_quantize.py runs the "
+    "same path on a generated graph, and the README's command on the embedded upscaler in its slow test)"
 )
 NEEDS_INT8 = "needs the int8 graph `models quantize realesr_animevideov3` makes (excused: QUANTIZE)"
 REASONS = {DOWNLOAD, GPU, CAMERA, CLUSTER, SHARE, QUICK_START, QUANTIZE, NEEDS_INT8}
@@ -138,7 +138,7 @@ def test_commands_are_found_in_the_docs() -> None:
     assert "run --demo --yes" in DOCUMENTED and DOCUMENTED["run --demo --yes"] == "README.md:21"
     assert "doctor --json" in DOCUMENTED and DOCUMENTED["doctor --json"].startswith("docs/guide/doctor.md:")
     # Continuation lines are joined and comments dropped.
-    assert DOCUMENTED["run --source me.jpg --target clip.mp4 --output out.mp4 --yes"] == "README.md:43"
+    assert DOCUMENTED["run --source me.jpg --target clip.mp4 --output out.mp4 --yes"] == "README.md:49"
     assert "" in DOCUMENTED and "faces scan --target clip.mp4 --json" in DOCUMENTED
     assert len(DOCUMENTED) >= 30
 

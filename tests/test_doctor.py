@@ -21,8 +21,8 @@ from engine.tools import doctor
 
 ROOT = Path(__file__).resolve().parent.parent
 
-KEYS = ["schema", "ok", "python", "packages", "ffmpeg", "onnxruntime", "cuda", "torch", "gpu_memory", "folders",
-        "models", "problems"]  # fmt: skip
+KEYS = ["schema", "ok", "python", "packages", "profile", "ffmpeg", "onnxruntime", "cuda", "torch", "gpu_memory",
+        "folders", "models", "problems"]  # fmt: skip
 
 MODEL = """
 [models.{id}]
@@ -184,6 +184,57 @@ def test_both_onnxruntime_packages_are_a_warning(monkeypatch: pytest.MonkeyPatch
     assert messages[("error", "opencv is not installed")] == "pip install opencv-python-headless"
     assert messages[("error", "dlib is not installed")] == "pip install dlib-bin"
     assert ("warning", "gradio is not installed: the web UI cannot run") in messages
+    torch = "torch, torchvision, spandrel not installed: the PyTorch backend (--backend torch, .pth and .safetensors "
+    assert messages[next(m for m in messages if m[1].startswith(torch))].startswith("pip install -r requirements/torch")
+
+
+@pytest.mark.parametrize(
+    ("installed", "torch_requires", "profile", "torch"),
+    [
+        ({"onnxruntime-gpu": "1.31.1", "torch": "2.14.1"}, ["nvidia-cudnn-cu13==9.13; platform_system == 'Linux'"],
+         "gpu", "cuda"),
+        ({"onnxruntime": "1.32.0"}, None, "cpu", None),
+        ({"onnxruntime": "1.32.0", "torch": "2.13.0+cpu"}, [], "cpu,torch", "cpu"),
+        ({"onnxruntime-gpu": "1.31.1"}, None, "custom", None),
+        ({"torch": "2.13.0+cpu"}, [], "none", "cpu"),
+    ],
+)  # fmt: skip
+def test_the_install_profile_and_what_a_gpu_would_need(
+    monkeypatch: pytest.MonkeyPatch,
+    installed: dict[str, str],
+    torch_requires: list[str] | None,
+    profile: str,
+    torch: str | None,
+) -> None:
+    def version(name: str) -> str:
+        if name not in installed:
+            raise doctor.importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(doctor.importlib.metadata, "version", version)
+    monkeypatch.setattr(doctor.importlib.metadata, "requires", lambda name: torch_requires)
+    monkeypatch.setattr(doctor, "nvidia_driver", lambda: None)
+    monkeypatch.setattr(doctor, "gpu_visible", lambda: False)
+    data, problems = doctor.check_profile()
+    assert (data["name"], data["torch"], problems) == (profile, torch, [])
+    if profile == "gpu":
+        assert data["gpu_needs"] == "an NVIDIA GPU and its driver (this profile brings the CUDA libraries)"
+    else:
+        assert data["gpu_needs"] == f"an NVIDIA GPU and its driver, and {doctor.GPU_PROFILE}"
+        assert "pip install . (the default profile) in a fresh virtual environment" in data["gpu_needs"]
+    # With a GPU and its driver: nothing more for the gpu profile; the others are told to install it.
+    monkeypatch.setattr(doctor, "nvidia_driver", lambda: "580.65")
+    monkeypatch.setattr(doctor, "gpu_visible", lambda: True)
+    data, problems = doctor.check_profile()
+    if profile == "gpu":
+        assert data["gpu_needs"] is None and problems == []
+    else:
+        assert data["gpu_needs"] == doctor.GPU_PROFILE
+        (problem,) = problems
+        assert problem.severity == "warning" and problem.fix == doctor.GPU_PROFILE
+        assert (
+            problem.message == f"an NVIDIA GPU is visible but the {profile} profile is installed: jobs run on the CPU"
+        )
 
 
 def test_cuda_libraries_are_found_on_the_library_path_with_their_versions(

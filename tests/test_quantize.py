@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import re
 from pathlib import Path
 
@@ -133,15 +134,16 @@ def _target(tmp_path: Path) -> Path:
     return path
 
 
-def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], precision: str) -> tuple[int, str, Path]:
-    out = tmp_path / f"out_{precision}.png"
+def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], precision: str, name: str = "") -> tuple[int, str, Path]:
+    out = tmp_path / f"out_{precision}{name}.png"
     capsys.readouterr()
     code = cli.main(
         ["run", "--target", str(_target(tmp_path)), "--output", str(out), "--processors", "frame_enhancer",
          "--set", f"frame_enhancer.model={MODEL}", "--set", f"runtime.precision={precision}", "--device", "cpu",
          "--backend", "onnx", "--yes"]
     )  # fmt: skip
-    return code, capsys.readouterr().err, out
+    captured = capsys.readouterr()
+    return code, captured.err + captured.out, out  # the error line, or the summary
 
 
 def test_quantize_records_a_signed_graph_that_a_job_runs_within_the_gate(
@@ -215,10 +217,14 @@ def test_the_gate_refuses_a_graph_calibrated_on_damaged_frames(catalogue: Path) 
         quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, damaged)
     message = str(failed.value)
     assert failed.value.exit_code == 3 and "\n" not in message
-    found = re.search(r"by ([\d.]+) dB: ([\d.]+) dB PSNR", message)
-    assert found is not None
-    shortfall, got = (float(v) for v in found.groups())
+    tried = len(int8.candidates(int8.arithmetic()))
+    found = re.search(
+        rf"the best of {tried} schemes \(([\w-]+)\) reaches ([\d.]+) dB .* \(([\d.]+) dB short\)", message
+    )
+    assert found is not None and found.group(1) in int8.SCHEMES
+    got, shortfall = float(found.group(2)), float(found.group(3))
     assert got < 38.0 and shortfall == pytest.approx(38.0 - got, abs=0.11)
+    assert "runtime.precision=auto stays on fp32" in message
     assert not int8.graph_path(catalogue, MODEL).exists() and int8.read_index(catalogue) == {}
     assert list((catalogue / int8.FOLDER).iterdir()) == []  # no temp folder or graph left
 
@@ -360,3 +366,147 @@ def test_a_face_enhancer_is_calibrated_on_the_demo_faces_and_gated_at_35_db(
     assert made.calibrated_on >= 4 and made.checked_on >= 2  # faces found on the clip's frames and the portrait
     loaded = Runtime(RuntimeSettings(device="cpu", precision="int8")).load("gfpgan_1_4", "onnx")
     assert loaded.quantized == made.path and loaded.describe()["precision"] == "int8"
+
+
+# -- schemes by CPU arithmetic ----------------------------------------------------------------------------------
+def _weights(graph: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Each Conv's weight as the graph stores it: the integer initializer its DequantizeLinear reads, or the
+    float initializer itself (a convolution left in float32), by the Conv's position."""
+    inits = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
+    made_by = {o: n for n in graph.graph.node for o in n.output}
+    weights = {}
+    for index, conv in enumerate(n for n in graph.graph.node if n.op_type == "Conv"):
+        source = conv.input[1]
+        node = made_by.get(source)
+        weights[f"conv{index}"] = inits[node.input[0]] if node is not None else inits[source]
+    return weights
+
+
+@pytest.mark.parametrize("name", list(int8.SCHEMES))
+def test_each_scheme_forced_is_made_and_recorded_as_it_says(catalogue: Path, name: str) -> None:
+    scheme = int8.SCHEMES[name]
+    here = int8.arithmetic()
+    runtime = Runtime(RuntimeSettings(device="cpu"))
+    if here not in scheme.exact_on:  # full-range int8 weights on a CPU whose sums saturate
+        with pytest.raises(InvalidInput, match=f"--scheme {name}: this CPU's int8 sums saturate"):
+            quantize.quantize(runtime, MODEL, _calibration(), scheme=name)
+        return
+    made = quantize.quantize(runtime, MODEL, _calibration(), scheme=name)
+    assert made.scheme == scheme and [t["scheme"] for t in made.tried] == [name]
+    (entry,) = json.loads((catalogue / int8.FOLDER / int8.INDEX).read_text())["graphs"]
+    assert entry["scheme"] == scheme.describe() and entry["scheme"]["name"] == name
+    assert entry["cpu"]["arithmetic"] == here and entry["tried"] == [dict(made.tried[0])]
+    weights = _weights(onnx.load(str(made.path)))
+    first, last = weights["conv0"], weights["conv1"]
+    if scheme.float_ends:  # the tiny graph's two convolutions are its ends: both stay float32
+        assert first.dtype == last.dtype == np.float32
+    else:
+        assert first.dtype == last.dtype == (np.int8 if scheme.weights == "int8" else np.uint8)
+        if scheme.weights == "int8":
+            # 7-bit weights (−64…63) under reduce_range, the full −127…127 otherwise (the largest weight per
+            # output channel is mapped to the end of the range).
+            assert int(np.abs(first.astype(int)).max()) == (64 if scheme.reduce_range else 127)
+    # A job finds it (on a CPU of this arithmetic), and the scheme is part of what the record signs.
+    assert Runtime(RuntimeSettings(device="cpu", precision="int8")).load(MODEL, "onnx").quantized == made.path
+    index = catalogue / int8.FOLDER / int8.INDEX
+    other = next(n for n in int8.SCHEMES if n != name)
+    index.write_text(index.read_text().replace(f'"name": "{name}"', f'"name": "{other}"'))
+    assert int8.check(catalogue, Runtime(RuntimeSettings()).manifest.get(MODEL), {entry["source"]})[0] == "unrecorded"
+
+
+def test_a_graph_that_would_clip_on_this_cpu_is_refused_and_auto_runs_fp32(
+    catalogue: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Full-range int8 weights gated on an `exact` CPU, then run on a `saturating` one (x86 without VNNI): an int8
+    job refuses the graph saying to quantise it again there, an auto job runs fp32; a reduced-range graph runs on
+    both. The CPU is told to the code through `int8.arithmetic` (what it measures)."""
+    monkeypatch.setattr(int8, "arithmetic", lambda: "exact")
+    made = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration(), scheme="s8")
+    code, err, _ = _run(tmp_path, capsys, "auto")
+    assert code == 0 and "(CPUExecutionProvider, int8)" in err
+
+    monkeypatch.setattr(int8, "arithmetic", lambda: "saturating")
+    code, err, out = _run(tmp_path, capsys, "int8")
+    (line,) = err.strip().splitlines()
+    assert code == 3 and not out.exists()
+    assert f"the int8 graph of {MODEL} (s8:" in line and "would clip on this CPU" in line
+    assert f"python launch.py models quantize {MODEL}" in line
+    code, err, out = _run(tmp_path, capsys, "auto", "_refused")
+    assert code == 0 and "on onnx (CPUExecutionProvider), no audio" in err and out.exists()
+    assert made.path.is_file()  # refused here, not deleted
+    # `doctor` and `models verify` say so as the job does.
+    files, problems = _doctor_int8()
+    assert [f["status"] for f in files] == ["clips"] and [p.severity for p in problems] == ["warning"]
+    assert "clip on this CPU" in problems[0].message
+    assert f"requantise {MODEL:<30} {made.path}" in _verify(capsys)[1]
+
+    # Quantising again on this CPU tries only what it sums exactly, and the result runs here.
+    again = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())
+    assert again.scheme in int8.candidates("saturating") and "saturating" in again.scheme.exact_on
+    assert [t["scheme"] for t in again.tried] == [s.name for s in int8.candidates("saturating")][: len(again.tried)]
+    assert json.loads((catalogue / int8.FOLDER / int8.INDEX).read_text())["graphs"][0]["cpu"]["arithmetic"] == (
+        "saturating"
+    )
+    code, err, _ = _run(tmp_path, capsys, "auto", "_again")
+    assert code == 0 and "(CPUExecutionProvider, int8)" in err
+
+
+def test_auto_without_an_int8_graph_runs_fp32(
+    catalogue: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert RuntimeSettings().precision == "auto"
+    code, err, out = _run(tmp_path, capsys, "auto")
+    assert code == 0 and "on onnx (CPUExecutionProvider), no audio" in err and out.exists()
+    loaded = Runtime(RuntimeSettings(device="cpu")).load(MODEL, "onnx")
+    assert loaded.quantized is None and "precision" not in loaded.describe()
+
+
+def test_the_arithmetic_probe_agrees_with_the_cpu_flags() -> None:
+    """ONNX Runtime sums uint8×int8 exactly with VNNI (AVX-512 VNNI, AVX-VNNI) or AMX, and in saturating 16-bit
+    pairs on x86 without them; on other machines (ARM) exactly."""
+    cpu = int8.cpu()
+    assert cpu["arithmetic"] == int8.arithmetic()
+    if platform.machine() not in ("x86_64", "AMD64") or not Path("/proc/cpuinfo").is_file():
+        assert cpu["arithmetic"] == "exact"
+        return
+    flags = set(cpu["flags"])
+    assert "avx2" in flags  # ONNX Runtime's x86 int8 kernels need AVX2 at least (this probe's premise)
+    expected = "exact" if flags & {"avx512_vnni", "avx_vnni", "amx_int8"} else "saturating"
+    assert cpu["arithmetic"] == expected
+
+
+def test_the_same_model_and_calibration_give_the_same_bytes(catalogue: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())
+    digest = hashlib.sha256(first.path.read_bytes()).hexdigest()
+    monkeypatch.setenv("FACESTUDIO_MODELS", str(catalogue.parent / "models-again"))
+    again = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration())
+    assert again.path != first.path and hashlib.sha256(again.path.read_bytes()).hexdigest() == digest
+    other = quantize.quantize(Runtime(RuntimeSettings(device="cpu")), MODEL, _calibration(seed=5))
+    assert hashlib.sha256(other.path.read_bytes()).hexdigest() != digest  # other frames, other ranges
+
+
+@pytest.mark.slow
+def test_the_embedded_frame_enhancer_passes_the_gate_in_a_fresh_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's command on the real embedded model (realesr-animevideov3, converted from its ncnn files), in a
+    home, models folder and cache of its own: the gate passes on this machine under a scheme this CPU sums
+    exactly, and a default (auto) job then runs the int8 graph."""
+    for name, folder in (("HOME", "home"), ("MODELS", "models"), ("CACHE", "cache")):
+        monkeypatch.setenv(f"FACESTUDIO_{name}", str(tmp_path / folder))
+    monkeypatch.delenv("FACESTUDIO_MANIFEST", raising=False)
+    monkeypatch.delenv("FACESTUDIO_INTEGRITY_KEY", raising=False)
+    capsys.readouterr()
+    assert cli.main(["models", "quantize", "realesr_animevideov3", "--offline"]) == 0, capsys.readouterr().err
+    (entry,) = int8.read_index(tmp_path / "models").values()
+    here = int8.arithmetic()
+    assert entry["cpu"]["arithmetic"] == here and here in entry["scheme"]["exact_on"]
+    assert entry["gate"]["psnr_db"] >= entry["gate"]["threshold_db"] == 38.0
+    assert entry["calibration"]["source"] == "demo" and entry["calibration"]["checked_on"] == 10
+    assert f"as {entry['scheme']['name']}" in capsys.readouterr().out
+    out = tmp_path / "out.png"
+    code = cli.main(["run", "--target", str(_target(tmp_path)), "--output", str(out), "--processors",
+                     "frame_enhancer", "--set", "frame_enhancer.model=realesr_animevideov3", "--device", "cpu",
+                     "--yes"])  # fmt: skip
+    assert code == 0 and "(CPUExecutionProvider, int8)" in capsys.readouterr().out
+    assert media.read_image(out)[0].shape == (160, 224, 3)  # ×4

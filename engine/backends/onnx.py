@@ -10,7 +10,9 @@ engine built for one of them is invalid (or silently slower) on another.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import io
 import logging
 import os
 import re
@@ -109,6 +111,21 @@ def static_shapes(session: ort.InferenceSession) -> bool:
     return all(isinstance(d, int) and d > 0 for a in args for d in a.shape)
 
 
+def preload_cuda_libraries() -> None:
+    """Load the CUDA and cuDNN libraries the CUDA provider needs from NVIDIA's pip wheels (those PyTorch's CUDA
+    build brings in the gpu profile), so that no system CUDA is needed: ONNX Runtime's own `preload_dlls`, a no-op
+    on its CPU build and for libraries already loaded. What it prints (a version mismatch) goes to the debug log,
+    not to stdout, which `--json` output owns."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:  # ONNX Runtime before 1.21
+        return
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        preload()
+    if printed.getvalue().strip():
+        log.debug("onnxruntime.preload_dlls: %s", printed.getvalue().strip())
+
+
 def session_options(threads: int) -> ort.SessionOptions:
     """Session options set deliberately: all graph optimisations, intra-op threads, no busy spinning.
 
@@ -149,6 +166,8 @@ class OnnxSession:
             # "auto" on a machine without an NVIDIA GPU: go straight to the CPU instead of letting ORT try (and
             # loudly fail) to load the CUDA libraries.
             device = Device("cpu")
+        if device.kind == "cuda":
+            preload_cuda_libraries()
         trt_cache = tensorrt_cache_dir(cache_dir, device.index) if tensorrt and device.kind == "cuda" else cache_dir
         available = set(ort.get_available_providers())
         wanted = provider_list(device, tensorrt=tensorrt, fp16=fp16, cache_dir=trt_cache)

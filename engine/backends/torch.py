@@ -70,8 +70,8 @@ def build_module(state_dict: StateDict, arch: str, scale: int) -> torch.nn.Modul
 
     registry = ArchRegistry()
     # spandrel keeps restrictively licensed architectures (CodeFormer) in a separate package; a registry of our
-    # own adds them without touching spandrel's global one.
-    registry.add(*MAIN_REGISTRY, *_extra_architectures())
+    # own adds them, for the architectures that need it only, without touching spandrel's global one.
+    registry.add(*MAIN_REGISTRY, *(_extra_architectures() if arch in EXTRA_ARCHITECTURES else []))
     try:
         descriptor = ModelLoader(registry=registry).load_from_state_dict(state_dict)
     except UnsupportedModelError as exc:
@@ -101,9 +101,17 @@ class _SizeKeyed(torch.nn.ModuleDict):
         return super().__getitem__(key)
 
 
+# The architectures of the manifest that spandrel keeps in spandrel-extra-arches.
+EXTRA_ARCHITECTURES = frozenset({"CodeFormer"})
+
+
 def _extra_architectures() -> list[Any]:
     try:
-        from spandrel_extra_arches import EXTRA_REGISTRY
+        with warnings.catch_warnings():
+            # Importing the package imports CodeFormer's module, which decorates a function with torch.jit.script,
+            # deprecated since torch 2.10 by a FutureWarning nothing on this side can act on.
+            warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+            from spandrel_extra_arches import EXTRA_REGISTRY
     except ImportError:
         log.info("spandrel-extra-arches is not installed: CodeFormer weights cannot be loaded")
         return []

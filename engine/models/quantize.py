@@ -10,13 +10,19 @@
 2. Preparation: ONNX shape inference and constant folding (ONNX Runtime's `quant_pre_process`), and every PRelu
    rewritten as `x + (slope − 1)·min(x, 0)` (the same function; ONNX Runtime has no int8 PRelu, and its float PRelu
    kernel costs as much as the convolution it follows; the rewrite's Mul and Add run as int8).
-3. Quantisation: ONNX Runtime's `quantize_static`, QDQ format, activations uint8 and weights int8 per channel,
-   ranges from the calibration frames' min/max.
-4. Quality gate, on the held-out frames: the int8 graph's output against the float32 graph's as PSNR — images
-   (enhancers) in 0–255 after rounding, other outputs (detector maps, embeddings) against the float32 output's
-   range. The worst held-out input must reach 38 dB for a frame enhancer and 35 dB for a face model; a graph that
-   does not is deleted and the error says by how much it fell short. Both graphs are also timed on those inputs.
-5. Record (engine/models/int8.py): the graph and a signed record of what it was made from.
+3. Quantisation: ONNX Runtime's `quantize_static`, QDQ format, activations uint8 per tensor with ranges from the
+   calibration frames' min/max (measured once, shared by every scheme tried), weights per channel as the scheme
+   says (engine/models/int8.py: int8 full or reduced range, or uint8; the first and last convolution float32 or
+   not). The schemes tried are the candidates for this CPU's arithmetic (`int8.candidates`), fastest first.
+4. Quality gate, on the held-out frames, for each scheme until one passes: the int8 graph's output against the
+   float32 graph's as PSNR — images (enhancers) in 0–255 after rounding, other outputs (detector maps,
+   embeddings) against the float32 output's range. The worst held-out input must reach 38 dB for a frame enhancer
+   and 35 dB for a face model. When no scheme does, nothing is kept and the error (one line) says by how much the
+   best fell short; jobs at `runtime.precision=auto` then stay on fp32 for the model. The graph kept is timed
+   against the float32 one on those inputs, interleaved. The same model, calibration and CPU arithmetic give the
+   same bytes.
+5. Record (engine/models/int8.py): the graph, a signed record of what it was made from (its scheme included), and
+   the index entry: the scheme, this CPU (arithmetic, flags), every scheme tried with its PSNR, the gate.
 """
 
 from __future__ import annotations
@@ -139,15 +145,24 @@ class Quantised:
     calibration: str
     calibrated_on: int
     checked_on: int
+    scheme: int8.Scheme
+    # Every scheme tried, in order: {"scheme", "psnr_db"} (the last one is `scheme`).
+    tried: tuple[dict[str, Any], ...] = ()
 
 
-def quantize(runtime: Runtime, model_id: str, calibration: Calibration | None = None) -> Quantised:
+def quantize(
+    runtime: Runtime, model_id: str, calibration: Calibration | None = None, scheme: str | None = None
+) -> Quantised:
     """Quantise `model_id` (a model `int8.offered`; its file fetched when missing) on `calibration` (default: the
-    demo media), gate it and record it in the models folder. Raises GateFailed when the gate refuses it (the
-    graph is deleted), InvalidInput for a model that offers none or a calibration that yields no input."""
+    demo media) under each candidate scheme for this CPU until one passes the gate (or under `scheme` alone, one
+    of int8.SCHEMES exact on this CPU), and record it in the models folder. Raises GateFailed when no scheme
+    passes (nothing is kept), InvalidInput for a model that offers none, a scheme this CPU does not sum exactly,
+    or a calibration that yields no input."""
     spec = runtime.manifest.get(model_id)
     if not int8.offered(spec):
         raise InvalidInput(f"{model_id} is a {spec.task} model; int8 graphs are made of {', '.join(int8.TASKS)} models")
+    here = int8.cpu()
+    schemes = _schemes(here["arithmetic"], scheme)
     calibration = calibration or demo_calibration()
     (file,) = runtime.ensure([model_id], "onnx")
     spec = signature.checked(spec, file, runtime.local_path(file))
@@ -163,19 +178,12 @@ def quantize(runtime: Runtime, model_id: str, calibration: Calibration | None = 
         )
     target = int8.graph_path(runtime.folders.models, model_id)
     target.parent.mkdir(parents=True, exist_ok=True)
+    threshold = GATE_DB[spec.task]
     with tempfile.TemporaryDirectory(prefix=".quantize-", dir=target.parent) as tmp:
-        made = Path(tmp, target.name)
-        started = time.perf_counter()
-        quantize_graph(source, made, calibrate, Path(tmp))
-        log.info("quantised %s in %.1f s", model_id, time.perf_counter() - started)
-        psnr, fp32_ms, int8_ms = gate(spec, source, made, check, threads=runtime.settings.threads)
-        threshold = GATE_DB[spec.task]
-        if psnr < threshold:
-            raise GateFailed(
-                f"the int8 graph of {model_id} fails the quality gate by {threshold - psnr:.1f} dB: {psnr:.1f} dB "
-                f"PSNR against fp32 on the worst of {len(check)} held-out inputs, {threshold:g} dB needed; nothing "
-                "was recorded (calibrate on images like the ones you process: --calibration DIR)"
-            )
+        threads = runtime.settings.threads
+        chosen, made, psnr, tried = _first_passing(spec, source, schemes, calibrate, check, Path(tmp), threads)
+        # Timed as the benchmark times them: both graphs on the held-out inputs, interleaved.
+        _, fp32_ms, int8_ms = compare(spec, source, made, check, threads)
         os.replace(made, target)
     entry = {
         "calibration": {
@@ -184,11 +192,76 @@ def quantize(runtime: Runtime, model_id: str, calibration: Calibration | None = 
             "calibrated_on": len(calibrate),
             "checked_on": len(check),
         },
+        "scheme": chosen.describe(),
+        "cpu": here,
+        "tried": tried,
         "gate": {"psnr_db": round(psnr, 2), "threshold_db": threshold, "fp32_ms": fp32_ms, "int8_ms": int8_ms},
     }
     int8.record(runtime.folders.models, model_id, target, runtime.graph_key(file), entry)
     return Quantised(
-        model_id, target, psnr, threshold, fp32_ms, int8_ms, calibration.source, len(calibrate), len(check)
+        model_id,
+        target,
+        psnr,
+        threshold,
+        fp32_ms,
+        int8_ms,
+        calibration.source,
+        len(calibrate),
+        len(check),
+        chosen,
+        tuple(tried),
+    )
+
+
+def _schemes(arithmetic: int8.Arithmetic, scheme: str | None) -> tuple[int8.Scheme, ...]:
+    """The schemes to try on a CPU of `arithmetic`: its candidates, or `scheme` alone (InvalidInput when it is
+    unknown or clips on this CPU)."""
+    schemes = int8.candidates(arithmetic)
+    if scheme is None:
+        return schemes
+    if scheme not in int8.SCHEMES:
+        raise InvalidInput(f"--scheme {scheme}: unknown; one of {', '.join(int8.SCHEMES)}")
+    if int8.SCHEMES[scheme] not in schemes:
+        raise InvalidInput(
+            f"--scheme {scheme}: this CPU's int8 sums saturate (x86 without VNNI), so its gate would measure "
+            f"clipped arithmetic; one of {', '.join(s.name for s in schemes)}"
+        )
+    return (int8.SCHEMES[scheme],)
+
+
+def _first_passing(
+    spec: ModelSpec,
+    source: Path,
+    schemes: Sequence[int8.Scheme],
+    calibrate: Sequence[Inputs],
+    check: Sequence[Inputs],
+    work: Path,
+    threads: int,
+) -> tuple[int8.Scheme, Path, float, list[dict[str, Any]]]:
+    """Quantise the float32 graph `source` under each of `schemes` in turn (in the folder `work`) until one passes
+    the gate on `check`: (that scheme, its graph, its PSNR in dB, every scheme tried with its PSNR). Raises
+    GateFailed, in one line, when none does."""
+    threshold = GATE_DB[spec.task]
+    prepared = prepare_graph(source, work)
+    fp32 = _cpu_session(source, threads)
+    reference = [fp32.run(inputs) for inputs in check]
+    tried: list[dict[str, Any]] = []
+    for scheme in schemes:
+        made = work / f"{scheme.name}.onnx"
+        started = time.perf_counter()
+        quantize_graph(prepared, made, calibrate, scheme, work / "ranges.json")
+        psnr = gate(spec, made, check, reference, threads)
+        log.info("%s as %s: %.2f dB in %.1f s", spec.id, scheme.name, psnr, time.perf_counter() - started)
+        tried.append({"scheme": scheme.name, "psnr_db": round(psnr, 2)})
+        if psnr >= threshold:
+            return scheme, made, psnr, tried
+    best = max(tried, key=lambda t: t["psnr_db"])
+    raise GateFailed(
+        f"int8 cannot pass the quality gate for {spec.id} on this CPU: the best of {len(tried)} schemes "
+        f"({best['scheme']}) reaches {best['psnr_db']:.1f} dB PSNR against fp32 on the worst of {len(check)} "
+        f"held-out inputs, {threshold:g} dB needed ({threshold - best['psnr_db']:.1f} dB short); nothing was "
+        "recorded and runtime.precision=auto stays on fp32 for it (calibrating on images like the ones you "
+        "process, --calibration DIR, may help)"
     )
 
 
@@ -246,9 +319,24 @@ def face_crops(frames: Sequence[Frame], template: str, size: int) -> list[Frame]
 
 
 # -- quantisation ---------------------------------------------------------------------------------------------
-def quantize_graph(source: Path, target: Path, calibrate: Sequence[Inputs], work: Path) -> None:
-    """Write to `target` the int8 QDQ graph of the float32 graph `source`, calibrated on `calibrate` (see the
-    module docstring, steps 2 and 3). `work`: a folder for the intermediate graph."""
+def prepare_graph(source: Path, work: Path) -> Path:
+    """The float32 graph `source` prepared for quantisation in the folder `work` (module docstring, step 2)."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = work / "prepared.onnx"
+    # Symbolic shape inference needs every axis resolvable, which graphs of any frame size are not.
+    quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+    rewrite_prelu(prepared)
+    return prepared
+
+
+def quantize_graph(
+    prepared: Path, target: Path, calibrate: Sequence[Inputs], scheme: int8.Scheme, ranges: Path
+) -> None:
+    """Write to `target` the int8 QDQ graph of the prepared float32 graph `prepared` under `scheme`, calibrated on
+    `calibrate` (module docstring, step 3). `ranges`: the activation ranges, measured on the first call and read
+    back by the next ones (they do not depend on the scheme)."""
+    import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -256,7 +344,6 @@ def quantize_graph(source: Path, target: Path, calibrate: Sequence[Inputs], work
         QuantType,
         quantize_static,
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     class Reader(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -265,19 +352,21 @@ def quantize_graph(source: Path, target: Path, calibrate: Sequence[Inputs], work
         def get_next(self) -> Inputs | None:
             return next(self.items, None)
 
-    prepared = work / "prepared.onnx"
-    # Symbolic shape inference needs every axis resolvable, which graphs of any frame size are not.
-    quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-    rewrite_prelu(prepared)
+    convolutions = [
+        n.name for n in onnx.load(str(prepared), load_external_data=False).graph.node if n.op_type == "Conv"
+    ]
     quantize_static(
         str(prepared),
         str(target),
         Reader(),
         quant_format=QuantFormat.QDQ,
         activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8 if scheme.weights == "int8" else QuantType.QUInt8,
         per_channel=True,
+        reduce_range=scheme.reduce_range,
+        nodes_to_exclude=[convolutions[0], convolutions[-1]] if scheme.float_ends and convolutions else [],
         calibrate_method=CalibrationMethod.MinMax,
+        calibration_cache_path=str(ranges),
     )
 
 
@@ -323,26 +412,44 @@ def rewrite_prelu(path: Path) -> int:
 
 # -- the gate -------------------------------------------------------------------------------------------------
 def gate(
-    spec: ModelSpec, fp32: Path, quantised: Path, check: Sequence[Inputs], threads: int = 0
-) -> tuple[float, float, float]:
-    """(worst PSNR over `check` in dB, median ms per input of the float32 graph, of the int8 graph), both run as a
-    job runs them (ONNX Runtime on the CPU), interleaved, after one warm-up call each."""
-    from engine.backends import Device
-    from engine.backends.onnx import OnnxSession
+    spec: ModelSpec,
+    quantised: Path,
+    check: Sequence[Inputs],
+    reference: Sequence[Sequence[npt.NDArray[Any]]],
+    threads: int = 0,
+) -> float:
+    """The worst PSNR (dB) over `check` of the int8 graph's outputs, run as a job runs it (ONNX Runtime on the CPU),
+    against the float32 graph's, `reference` (one call's outputs per input)."""
+    session = _cpu_session(quantised, threads)
+    return min(output_psnr(spec, expected, session.run(each)) for each, expected in zip(check, reference, strict=True))
 
-    sessions = [OnnxSession(path, Device("cpu"), threads=threads, cache_dir=path.parent) for path in (fp32, quantised)]
+
+def compare(
+    spec: ModelSpec, fp32: Path, quantised: Path, inputs: Sequence[Inputs], threads: int = 0
+) -> tuple[float, float, float]:
+    """(worst PSNR over `inputs` in dB, median ms per input of the float32 graph, of the int8 graph), both run as a
+    job runs them, interleaved (so a load on the machine weighs on both alike), after one warm-up call each: what
+    `launch.py benchmark --precision int8` reports."""
+    sessions = [_cpu_session(path, threads) for path in (fp32, quantised)]
     for session in sessions:
-        session.run(check[0])
+        session.run(inputs[0])
     worst = math.inf
     times: list[list[float]] = [[], []]
-    for inputs in check:
+    for each in inputs:
         outputs = []
         for session, spent in zip(sessions, times, strict=True):
             started = time.perf_counter()
-            outputs.append(session.run(inputs))
+            outputs.append(session.run(each))
             spent.append((time.perf_counter() - started) * 1000)
         worst = min(worst, output_psnr(spec, outputs[0], outputs[1]))
     return worst, round(statistics.median(times[0]), 2), round(statistics.median(times[1]), 2)
+
+
+def _cpu_session(path: Path, threads: int) -> Any:
+    from engine.backends import Device
+    from engine.backends.onnx import OnnxSession
+
+    return OnnxSession(path, Device("cpu"), threads=threads, cache_dir=path.parent)
 
 
 def output_psnr(spec: ModelSpec, reference: Sequence[npt.NDArray[Any]], test: Sequence[npt.NDArray[Any]]) -> float:

@@ -20,8 +20,9 @@ cached conversion without a record this installation signed is made again from i
 
 Precision (`runtime.precision`): `fp16` computes in half precision on a GPU (float16 files first, TensorRT fp16);
 `fp32` never does; `int8` runs, on the CPU, the int8 graph `models quantize` made of each model that offers one
-(engine/models/int8.py: verified like every derived file; none made is ModelUnavailable saying how), and on a GPU
-is `fp16`.
+(engine/models/int8.py: verified like every derived file, of a scheme exact on this CPU; none made is
+ModelUnavailable saying how), and on a GPU is `fp16`; `auto` (the default) is `fp16` on a GPU and, on the CPU,
+`int8` for each model with a usable int8 graph (it passed its gate) and `fp32` for the others.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class RuntimeConfig(Protocol):
     @property
     def tensorrt(self) -> bool: ...
     @property
-    def precision(self) -> Literal["fp32", "fp16", "int8"]: ...
+    def precision(self) -> Literal["auto", "fp32", "fp16", "int8"]: ...
     @property
     def batch(self) -> int | Literal["auto"]: ...
     @property
@@ -209,8 +210,8 @@ class Runtime:
         """The file that will serve `spec` on `backend` (see the module docstring for the order)."""
         usable = [f for f in spec.files if f.format in NATIVE[backend]]
         # Half precision is what `fp16` asks for where it runs: on a GPU (CPU float16 kernels are slow or missing);
-        # int8 graphs are for the CPU, so on a GPU `int8` runs in half precision too.
-        half = self.settings.precision in ("fp16", "int8") and self._gpu()
+        # int8 graphs are for the CPU, so on a GPU `int8` and `auto` run in half precision too.
+        half = self.settings.precision != "fp32" and self._gpu()
 
         def rank(f: FileSpec) -> tuple[int, int, int, int]:
             return (
@@ -281,11 +282,23 @@ class Runtime:
         return self._sessions[key]
 
     def _int8_graph(self, spec: ModelSpec, file: FileSpec, backend: BackendName) -> Path | None:
-        """The verified int8 graph a job at precision int8 runs `spec` with (None: the float32 or float16 path:
-        another precision, a GPU, or a model no int8 graph is made of). Raises ModelUnavailable when the model
-        offers one and none was made from `file`, InvalidJob on the PyTorch backend (int8 is ONNX Runtime's)."""
-        if self.settings.precision != "int8" or not int8.offered(spec) or self._gpu():
+        """The verified int8 graph a job at precision int8 or auto runs `spec` with (None: the float32 or float16
+        path: another precision, a GPU, or a model no int8 graph is made of; at auto also none usable here). At int8
+        raises ModelUnavailable when the model offers one and none usable here was made from `file`, InvalidJob on
+        the PyTorch backend (int8 is ONNX Runtime's)."""
+        if self.settings.precision not in ("int8", "auto") or not int8.offered(spec) or self._gpu():
             return None
+        if self.settings.precision == "auto":
+            if backend != "onnx":
+                return None
+            try:
+                return int8.find(self.folders.models, spec, self.graph_key(file))
+            except ModelUnavailable as exc:
+                # auto asked for no int8 graph: without a usable one the model runs in fp32 (a refused one is
+                # worth a warning: it was made, and is changed or made for another CPU).
+                present = int8.graph_path(self.folders.models, spec.id).is_file()
+                (log.warning if present else log.debug)("%s runs in fp32: %s", spec.id, exc)
+                return None
         if backend != "onnx":
             raise InvalidJob(
                 f"runtime.precision=int8 runs {spec.id} with ONNX Runtime; use --backend onnx (or auto), or another "

@@ -9,6 +9,7 @@ frame (`render_alone`, what `engine.serve.cluster` runs).
 from __future__ import annotations
 
 import itertools
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -234,15 +235,28 @@ def render_alone(render: VideoRender, segment: Segment, last: bool, path: Path) 
     return SegmentResult(written, {k: after[k] - before[k] for k in after}, list(identity))
 
 
+# Cores from which face analysis runs ahead of processing on a thread of its own (`render_missing`).
+AHEAD_CORES = 4
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the platform tells, else every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def render_missing(
     render: VideoRender, folder: jobdir.JobFolder, plan: segments.Plan, todo: Sequence[Segment], progress: Progress
 ) -> None:
     """Render `todo` in order from one decoder that starts at the first of them; frames of finished segments in
     between (segments finished elsewhere) are decoded and dropped.
 
-    Faces of the next frames are found on their own thread while a batch is processed, and identity QA measures
-    finished frames on another: the analyser's native code runs while the processors' does (a lock keeps the
-    analyser's own calls one at a time)."""
+    Identity QA measures finished frames on a thread of its own, and the encoder (ffmpeg) runs in its own process.
+    With AHEAD_CORES cores or more, the faces of the next frames are found on another thread while a batch is
+    processed (a lock keeps the analyser's own calls one at a time); on fewer, they are found on this thread just
+    before their batch: two cores are then shared by the processors with face analysis on one side and the
+    encoder with identity QA on the other, and a thread ahead only adds contention for the interpreter lock,
+    which dlib's landmark and embedding calls hold (measured on 2 cores: more CPU time per frame and fewer
+    frames per second; benchmarks/face_overhead.py)."""
     batch = render.batch
     decoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
     stop = threading.Event()
@@ -255,8 +269,9 @@ def render_missing(
         running = [decode]
         try:
             source = workers.drain(decoded, decode, stop)
-            stream = annotated(None, source, first, times)
-            if faces is not None:
+            ahead = faces is not None and usable_cores() >= AHEAD_CORES
+            stream = annotated(None if ahead else faces, source, first, times)
+            if faces is not None and ahead:
                 found: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
                 analyse = workers.Worker(
                     "faces", lambda: workers.produce(faces.annotate(source, first, times), found, stop)

@@ -41,6 +41,11 @@ class RunReport:
         return processed / self.seconds if self.seconds > 0 else 0.0
 
     def providers(self) -> str:
-        """Each distinct backend and provider of the chain, e.g. `onnx (CPUExecutionProvider)`."""
-        seen = {f"{d['backend']} ({d['provider']})" for d in self.processors.values() if "backend" in d}
+        """Each distinct backend and provider of the chain with the precision its models ran in where that is
+        int8, e.g. `onnx (CPUExecutionProvider)`, `onnx (CPUExecutionProvider, int8)`."""
+        seen = {
+            f"{d['backend']} ({d['provider']}{', int8' if d.get('precision') == 'int8' else ''})"
+            for d in self.processors.values()
+            if "backend" in d
+        }
         return ", ".join(sorted(seen)) or "none"

@@ -10,7 +10,7 @@ benchmark measures:
    fps; and
    `overhead_ratio` = floor fps / end-to-end fps (1.0: the run costs exactly its model work);
 4. `tile_waste`: pixels the chain's models compute per frame pixel (1.0 = none computed twice);
-5. at `runtime.precision = int8` (`--precision int8`), for every model the run ran as an int8 graph: that graph
+5. at `runtime.precision = int8` or `auto` (`--precision`), for every model the run ran as an int8 graph: that graph
    and its float32 graph on the same frames (a frame enhancer takes them whole, a face model their faces'
    crops), interleaved: the median time per call of each and the worst PSNR of the int8 output against the
    float32 one (as `models quantize` gates it).
@@ -161,7 +161,7 @@ def run(
         rss = peak_rss_mb()
 
         stages, floor_seconds, sample, single_seconds, setup = _stages(job, chain, runtime, info, tmp, report.batch)
-        int8_rows = precision_rows(runtime, target, info) if job.runtime.precision == "int8" else []
+        int8_rows = precision_rows(runtime, target, info) if job.runtime.precision in ("int8", "auto") else []
     fps = report.frames / wall
     # The floor of the whole run: the per-frame model work, for the run's frames, plus the job's one-off model work
     # (the source face's analysis), which the run's wall time includes too.
@@ -211,7 +211,8 @@ def precision_rows(runtime: Runtime, target: Path, info: Any) -> list[dict[str, 
         inputs = quantize.inputs_for(spec, names, whole_frames=True)(frames)
         if not inputs:
             continue
-        psnr, fp32_ms, int8_ms = quantize.gate(spec, fp32, loaded.quantized, inputs, threads=runtime.settings.threads)
+        threads = runtime.settings.threads
+        psnr, fp32_ms, int8_ms = quantize.compare(spec, fp32, loaded.quantized, inputs, threads=threads)
         rows.append(
             {
                 "model": spec.id,

@@ -71,9 +71,9 @@ REQUIRED = {
 OPTIONAL = {
     "gradio": ("the web UI", "pip install gradio"),
     "onnx": ("ONNX conversions and exports", "pip install onnx"),
-    "torchvision": ("the PyTorch backend", "pip install torchvision"),
-    "spandrel": ("the PyTorch backend", "pip install spandrel"),
 }
+# The PyTorch backend's packages (requirements/torch.txt, part of the default profile).
+TORCH_PACKAGES = ("torch", "torchvision", "spandrel")
 
 ENCODERS = ("libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc")
 HARDWARE_ENCODERS = frozenset({"h264_nvenc", "hevc_nvenc", "av1_nvenc"})
@@ -92,6 +92,13 @@ CUDA_LIBRARIES = (
     ("cublas", "libcublas.so", "cublas64_"),
     ("cudnn", "libcudnn.so", "cudnn64_"),
     ("cuda driver", "libcuda.so", "nvcuda"),
+)
+
+# How to install each profile (the README's quick start), from the checkout.
+PROFILES = {"cpu": "pip install -r requirements/cpu.txt", "gpu": "pip install ."}
+GPU_PROFILE = (
+    f"{PROFILES['gpu']} (the default profile) in a fresh virtual environment: ONNX Runtime's CUDA build and PyTorch, "
+    "whose CUDA and cuDNN wheels ONNX Runtime loads; about 7 GB"
 )
 
 # Free space below which a folder gets a warning, in bytes: room for a downloaded model or a 1080p job's output.
@@ -144,6 +151,14 @@ def check_packages() -> Result:
     for name, (feature, fix) in OPTIONAL.items():
         if name not in installed:
             problems.append(Problem("packages", "warning", f"{name} is not installed: {feature} cannot run", fix))
+    missing_torch = [name for name in TORCH_PACKAGES if name not in installed]
+    if missing_torch:
+        problems.append(
+            Problem("packages", "warning", f"{', '.join(missing_torch)} not installed: the PyTorch backend "
+                    "(--backend torch, .pth and .safetensors weights, models export) cannot run",
+                    "pip install -r requirements/torch.txt (on a machine without an NVIDIA GPU, PyTorch's CPU build "
+                    "first: pytorch.org's install selector)")
+        )  # fmt: skip
     ort_packages = installed & {"onnxruntime", "onnxruntime-gpu"}
     if len(ort_packages) == 2:
         problems.append(
@@ -160,10 +175,55 @@ def check_packages() -> Result:
                 "packages",
                 "error",
                 "no inference backend is installed (neither ONNX Runtime nor PyTorch)",
-                "pip install onnxruntime-gpu (on macOS: pip install onnxruntime)",
+                f"install a profile: {PROFILES['cpu']} (the CPU) or {PROFILES['gpu']} (an NVIDIA GPU)",
             )
         )
     return rows, problems
+
+
+# -- install profile --------------------------------------------------------------------------------------------
+def installed_profile() -> dict[str, Any]:
+    """Which install profile (README, quick start) the installed packages make, from their metadata (nothing is
+    imported): `name` "gpu" (`pip install .`: ONNX Runtime's CUDA build and a CUDA build of PyTorch), "cpu"
+    (requirements/cpu.txt: ONNX Runtime's CPU build, no PyTorch), "cpu,torch" (and requirements/torch.txt),
+    "custom" (another mix) or "none" (no ONNX Runtime);
+    `onnxruntime` the ONNX Runtime distribution, `torch` "cuda", "cpu" or None (by its dependencies on NVIDIA's
+    CUDA wheels or its version's local tag)."""
+    runtime, _ = package_version(("onnxruntime-gpu", "onnxruntime"))
+    _, torch_version = package_version(("torch",))
+    torch: str | None = None
+    if torch_version is not None:
+        requires = importlib.metadata.requires("torch") or []
+        cuda = "+cu" in torch_version or any(r.lower().startswith("nvidia-") for r in requires)
+        torch = "cuda" if cuda else "cpu"
+    if runtime is None:
+        name = "none"
+    elif runtime == "onnxruntime-gpu" and torch == "cuda":
+        name = "gpu"
+    elif runtime == "onnxruntime":
+        name = "cpu" if torch is None else "cpu,torch"
+    else:
+        name = "custom"
+    return {"name": name, "onnxruntime": runtime, "torch": torch}
+
+
+def check_profile() -> Result:
+    """The install profile (`installed_profile`) and, as `gpu_needs`, what running on an NVIDIA GPU would take
+    here (None when nothing)."""
+    data = installed_profile()
+    driver = nvidia_driver()
+    if data["name"] == "gpu":
+        needs = None if driver else "an NVIDIA GPU and its driver (this profile brings the CUDA libraries)"
+    else:
+        needs = f"{'an NVIDIA GPU and its driver, and ' if not driver else ''}{GPU_PROFILE}"
+    data["gpu_needs"] = needs
+    problems = []
+    if gpu_visible() and data["name"] != "gpu":
+        problems.append(
+            Problem("profile", "warning", f"an NVIDIA GPU is visible but the {data['name']} profile is installed: "
+                    "jobs run on the CPU", GPU_PROFILE)
+        )  # fmt: skip
+    return data, problems
 
 
 # -- ffmpeg -----------------------------------------------------------------------------------------------------
@@ -275,8 +335,10 @@ def load_provider(name: str) -> tuple[str, str | None]:
     import numpy as np
     from onnx import TensorProto, helper
 
-    from engine.backends.onnx import ort
+    from engine.backends.onnx import ort, preload_cuda_libraries
 
+    if name != CPU_PROVIDER:
+        preload_cuda_libraries()  # as a job's session on the GPU does
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],
         "doctor_probe",
@@ -333,7 +395,7 @@ def check_onnxruntime() -> Result:
             problems.append(
                 Problem("onnxruntime", "warning",
                         "an NVIDIA GPU is visible but this ONNX Runtime has no CUDA provider (a CPU-only build)",
-                        "pip uninstall -y onnxruntime && pip install onnxruntime-gpu")
+                        f"pip uninstall -y onnxruntime && {GPU_PROFILE}")
             )  # fmt: skip
         elif "CUDAExecutionProvider" not in loaded:
             error = next(row["error"] for row in rows if row["name"] == "CUDAExecutionProvider")
@@ -500,13 +562,13 @@ def check_models(runtime: Runtime, default_models: Collection[str]) -> Result:
     sha256: left in place), `missing`; and each cached conversion of a file, checked as a job checks it
     (`Runtime.check_conversion`): `present-verified`, `tampered` (refused by a job: an error), `unrecorded` (no
     record this installation signed: a job makes it again; a warning); and its int8 graph, if `models quantize`
-    made one (`Runtime.check_int8`): `present-verified`, `tampered` (an error), `unrecorded` or `stale` (a job at
-    runtime.precision=int8 refuses it; a warning). A model's status is its best file's (`tampered` first: it needs
-    action). `needed` marks the models the default job loads; one of them missing is an error."""
+    made one (`Runtime.check_int8`): `present-verified`, `tampered` (an error), `unrecorded`, `stale` or `clips`
+    (a job at runtime.precision=int8 refuses it; a warning). A model's status is its best file's (`tampered`
+    first: it needs action). `needed` marks the models the default job loads; one of them missing is an error."""
     from engine.core.errors import ChecksumMismatch
 
     rows, problems = [], []
-    order = ("tampered", "present-verified", "embedded", "unrecorded", "stale", "missing")
+    order = ("tampered", "present-verified", "embedded", "unrecorded", "stale", "clips", "missing")
     for spec in runtime.manifest.models.values():
         files = []
         for file in spec.files:
@@ -574,7 +636,8 @@ def _int8(runtime: Runtime, spec: ModelSpec, problems: list[Problem]) -> list[di
     elif status != "ok":
         why = {"unrecorded": "has no record this installation signed (or one of an older quantiser)",
                "stale": f"is not in {int8.FOLDER}/{int8.INDEX}, or was made from another file of the model than a "
-                        "job loads"}[status]  # fmt: skip
+                        "job loads",
+               "clips": "is of a scheme whose sums clip on this CPU (gated on one with VNNI)"}[status]  # fmt: skip
         problems.append(Problem("models", "warning", f"the int8 graph {path} of {spec.id} {why}: a job at "
                                 "runtime.precision=int8 refuses it", again))  # fmt: skip
     shown = {"ok": "present-verified"}.get(status, status)
@@ -609,6 +672,7 @@ def collect(default_models: Collection[str], *, known: Sequence[Problem] = ()) -
 
     add("python", check_python())
     add("packages", _guarded("packages", "error", check_packages, []))
+    add("profile", _guarded("profile", "warning", check_profile, None))
     add("ffmpeg", _guarded("ffmpeg", "error", check_ffmpeg, None))
     add("onnxruntime", _guarded("onnxruntime", "error", check_onnxruntime, None))
     add("cuda", _guarded("cuda", "warning", check_cuda_libraries, None))
@@ -646,6 +710,11 @@ def table(report: dict[str, Any]) -> str:
         else:
             other = f" ({pkg['distribution']})" if pkg["distribution"] != pkg["name"] else ""
             rows.append((f"  {pkg['name']}", f"{pkg['version']}{other}"))
+    profile = report["profile"]
+    if profile:
+        rows.append(("profile", f"{profile['name']} (onnxruntime: {profile['onnxruntime'] or 'none'}, torch: "
+                                f"{profile['torch'] or 'none'})"))  # fmt: skip
+        rows.append(("  a GPU needs", profile["gpu_needs"] or "nothing more"))
     ff = report["ffmpeg"]
     if ff:
         rows.append(("ffmpeg", f"{ff['ffmpeg'] or 'not found'} ({ff['ffmpeg_version'] or '?'})"))
