@@ -25,7 +25,8 @@ def test_the_cli_help_states_ranges_units_and_conditions(capsys: pytest.CaptureF
         "frame_colourizer.size  192 | 256 | 384 | 512 px; default 256",
         "background_remover.background  transparent | colour; default 'transparent'",
         "background_remover.colour  text; default '#00b140'",
-        "deep_swapper.model_file  text (empty: default); default: none; a path to the .dfm file (the studio: an upload)",
+        "deep_swapper.model_file  text (empty: default); default: none; a path to the .dfm file (the studio: an "
+        "upload)",
         "deep_swapper.morph  0–100 %; default 100",
         "face_swapper.secondary_blend  0–100 %; default 50; applies when model not in [landmark_warp]",
     ):
