@@ -160,6 +160,13 @@ def widget(view: OptionView, value: Any, choices: Sequence[tuple[str, Any]] | No
     return gr.Textbox(value="" if value is None else str(value), placeholder=placeholder, **common)
 
 
+def user_events(component: gr.Component) -> list[Any]:
+    """The events by which the user (not a handler) changes a widget: `input`; an upload control's upload and clear."""
+    if isinstance(component, gr.File):
+        return [component.upload, component.clear]
+    return [component.input]
+
+
 def from_widget(view: OptionView, value: Any) -> Any:
     """The setting's value for what its widget holds (empty = None where None is allowed; an open choice's typed
     number as a number)."""
