@@ -92,6 +92,7 @@ class BackgroundRemover(FrameProcessor[BackgroundRemoverOptions]):
         if options.strength > 0:
             runtime.ensure([options.model], options.backend)
             self.model = runtime.load(options.model, options.backend)
+            self.makes_alpha = options.background == "transparent"
 
     @classmethod
     def model_ids(cls, options: ProcessorOptions) -> list[str]:

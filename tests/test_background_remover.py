@@ -101,6 +101,19 @@ def test_a_png_gets_the_matte_as_alpha_and_its_pixels_as_they_were(
     assert ((alpha == 0) | (alpha == 255)).mean() > 0.97  # a hard matte: only its resized edge is in between
 
 
+def test_a_jpeg_may_be_written_as_a_png_to_hold_the_transparency(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target, out = env / "person.jpg", env / "cut.png"
+    media.write_image(target, person())
+    code, _, err = kit.run(capsys, "--target", str(target), "--output", str(out), "--processors", "background_remover")
+    assert code == 0, err
+    frame, alpha = media.read_image(out)
+    assert alpha is not None and alpha[120, 160] == 255 and alpha[5, 5] == 0
+    # Without transparency to hold, the output keeps the target's format, as before.
+    code, _, err = kit.run(capsys, "--target", str(target), "--output", str(env / "other.png"), "--processors",
+                           "background_remover", "--set", "background_remover.background=colour")  # fmt: skip
+    assert code == 2 and "so the output must be JPEG" in err
+
+
 def test_where_no_transparency_fits_the_frame_is_composited_and_the_summary_says_so(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -138,6 +138,8 @@ def widget(view: OptionView, value: Any, choices: Sequence[tuple[str, Any]] | No
         options = list(choices) if choices else [(str(c), c) for c in view.choices or ()]
         if view.kind == "open_choice":
             return gr.Dropdown(choices=options, value=value, allow_custom_value=True, **common)
+        if view.optional:  # an optional choice (a second swapper) can be none: empty, read back as None
+            return gr.Dropdown(choices=[("none", ""), *options], value=value or "", filterable=False, **common)
         return gr.Dropdown(choices=options, value=value, filterable=False, **common)
     if view.kind == "multi":
         options = list(choices) if choices else [(str(c), c) for c in view.choices or ()]

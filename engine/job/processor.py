@@ -98,6 +98,9 @@ class FrameProcessor(ABC, Generic[OptionsT]):
     needs_people: bool = False
     # What a processor found worth telling the user about its run (a fallback it took); the run report lists them.
     notes: tuple[str, ...] = ()
+    # Set by a processor whose current options make frames transparent (`alpha`): an image target may then be
+    # written as a PNG whatever its own format, to hold the transparency.
+    makes_alpha: bool = False
 
     def __init__(self, options: OptionsT, runtime: Runtime) -> None:
         self.options = options
