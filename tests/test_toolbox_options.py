@@ -4,11 +4,14 @@ swapper's file is an upload in the studio, and a setting the jobs API refuses.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import cli
 from engine.core.options import describe
 from engine.job.settings import preset_schema
+from engine.models.manifest import Manifest
 from processors import REGISTRY
 
 NEW = ("age_modifier", "face_editor", "frame_colourizer", "background_remover", "deep_swapper")
@@ -50,3 +53,29 @@ def test_the_schema_and_the_studio_views_follow() -> None:
     assert colouriser["model"].kind == "choice" and colouriser["size"].choices == (192, 256, 384, 512)
     deep = {v.name: v for v in describe(REGISTRY["deep_swapper"].Options)}
     assert deep["model_file"].shown.file == ".dfm"
+
+
+def test_models_list_shows_the_new_models_with_licence_use_and_pin(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["models", "list", "--json"]) == 0
+    rows = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
+    catalogue = Manifest.load()
+    expected = {
+        "fran": ("age_modifier", True),
+        "styleganex_age": ("age_modifier", False),
+        "fairface": ("face_classifier", True),
+        "live_portrait_stitcher": ("face_editor", True),
+        "ddcolor": ("frame_colourizer", True),
+        "deoldify_stable": ("frame_colourizer", True),
+        "modnet": ("background_remover", True),
+        "rmbg_2_0": ("background_remover", False),
+        "ben_2": ("background_remover", True),
+    }
+    for model_id, (task, commercial) in expected.items():
+        row = rows[model_id]
+        assert (row["task"], row["commercial_use"]) == (task, commercial), model_id
+        assert row["licence"] == catalogue.get(model_id).licence
+    assert cli.main(["models", "list"]) == 0
+    text = capsys.readouterr().out
+    assert "no published sha256: `models fetch styleganex_age --trust-first` records one" in text
+    line = next(line for line in text.splitlines() if line.startswith("rmbg_2_0 "))
+    assert "CC BY-NC 4.0" in line and "[NON-COMMERCIAL]" in line
