@@ -27,6 +27,8 @@ from processors.deep_swapper import DeepSwapper, DeepSwapperOptions
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("dfm")
     made = {"plain": root / "person.dfm", "amp": root / "person_amp.dfm", "wrong": root / "wrong.dfm"}
+    made["short"] = root / "short.dfm"
+    tiny_graphs.dfm(made["short"], 96, outputs=2)
     tiny_graphs.dfm(made["plain"], 96)
     tiny_graphs.dfm(made["amp"], 128, morph=True)
     tiny_graphs.wrong(made["wrong"])
@@ -88,6 +90,10 @@ def test_a_file_of_other_io_is_refused_at_load_in_one_line(models: dict[str, Pat
     message = str(info.value)
     assert message.startswith("wrong.dfm is not a graph deep_swapper can run: ") and "\n" not in message
     assert "no input in_face:0 (it has image)" in message and info.value.exit_code == 3
+    with pytest.raises(
+        ModelSignatureMismatch, match=r"short.dfm is not a graph deep_swapper can run: 2 outputs, expected 3"
+    ):
+        swapper(models["short"])
     not_onnx = tmp_path / "notes.dfm"
     not_onnx.write_text("not a graph")
     with pytest.raises(ModelSignatureMismatch, match="notes.dfm is not a readable ONNX graph"):

@@ -389,10 +389,10 @@ def matting(path: Path, io: IOSpec, size: int) -> bytes:
     return _save(nodes, ins, [_value("matte", [1, 1, size, size])], _values(["centre", "gain"], [centre, gain]), path)
 
 
-def dfm(path: Path, size: int = 96, morph: bool = False) -> bytes:
+def dfm(path: Path, size: int = 96, morph: bool = False, outputs: int = 3) -> bytes:
     """A DeepFaceLive `.dfm` signature at `size` px: `in_face:0` [1,S,S,3] (+ `morph_value:0` [1]) → the face's
     mask (all 1), the swapped face = 1 − input (inverted: plainly another face; with morph m: m·(1 − input) +
-    (1 − m)·input) and its mask (all 1)."""
+    (1 − m)·input) and its mask (all 1); only the first `outputs` of them (fewer: a graph of other I/O)."""
     nodes = [
         helper.make_node("Sub", ["one", "in_face:0"], ["inverted"]),
         helper.make_node("ReduceMean", ["in_face:0"], ["mean"], axes=[3], keepdims=1),
@@ -410,7 +410,7 @@ def dfm(path: Path, size: int = 96, morph: bool = False) -> bytes:
         nodes.append(helper.make_node("Identity", ["inverted"], ["out_celeb_face:0"]))
     ins = [_value("in_face:0", [1, size, size, 3])] + ([_value("morph_value:0", [1])] if morph else [])
     outs = [_value("out_face_mask:0", [1, size, size, 1]), _value("out_celeb_face:0", [1, size, size, 3]),
-            _value("out_celeb_face_mask:0", [1, size, size, 1])]  # fmt: skip
+            _value("out_celeb_face_mask:0", [1, size, size, 1])][:outputs]  # fmt: skip
     return _save(nodes, ins, outs, _values(["one", "zero"], [np.float32(1), np.float32(0)]), path)
 
 
