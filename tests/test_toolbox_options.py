@@ -1,6 +1,6 @@
 """The toolbox's options are declared once and every front end follows: the CLI's settings help (`presets
 options`), the preset schema and the studio's widget views show their ranges, units and conditions; the deep
-swapper's file is an upload in the studio, and a setting the jobs API refuses."""
+swapper's file is a file setting: an upload from the studio and the jobs API, a path only from the CLI."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_the_cli_help_states_ranges_units_and_conditions(capsys: pytest.CaptureF
         "frame_colourizer.size  192 | 256 | 384 | 512 px; default 256",
         "background_remover.background  transparent | colour; default 'transparent'",
         "background_remover.colour  text; default '#00b140'",
-        "deep_swapper.model_file  text (empty: default); default: none; a path to the .dfm file (the studio: an "
+        "deep_swapper.model_file  text (empty: default); default: none; a path to the .dfm file (web and API: an "
         "upload)",
         "deep_swapper.morph  0–100 %; default 100",
         "face_swapper.secondary_blend  0–100 %; default 50; applies when model not in [landmark_warp]",

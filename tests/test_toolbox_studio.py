@@ -1,6 +1,6 @@
 """The studio's side of the toolbox: several targets of one upload become jobs in turn, each into the history, a
 broken one reported in one line while the rest carry on; the deep swapper's file is an upload control (never a
-typed path), left out of presets and history entries, and refused by the jobs API."""
+typed path), left out of presets and history entries, and only ever the user's own file."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from engine.core.errors import InvalidInput
 from engine.core.options import describe
 from engine.job.settings import Preset
 from engine.media import demo
+from engine.serve.service import Access
 from processors import REGISTRY
 from webui import cells
 from webui.app import Studio
-from webui.jobs import JobQueue
 from webui.privacy import COOKIE, owner_from
 
 
@@ -38,6 +38,8 @@ def test_several_targets_of_one_upload_become_jobs_in_the_history(env: Path) -> 
     media.write_image(targets[0], demo.photo())
     targets[1].write_bytes(kit.clip(env).read_bytes()[:2000])  # cut short
     media.write_image(targets[2], demo.photo()[::2, ::2])
+    for target in targets:  # as if the session had uploaded them
+        studio.guard.allow(session.owner, target)
     raw = {"processors": ["frame_colourizer"]}
     named: list[tuple[int, str]] = []
     done = studio.run_batch(
@@ -53,17 +55,21 @@ def test_several_targets_of_one_upload_become_jobs_in_the_history(env: Path) -> 
     assert all(Path(e.output).is_file() for e in entries)
 
 
-def test_the_dfm_is_an_upload_kept_out_of_presets_and_refused_by_the_jobs_api(tmp_path: Path) -> None:
+def test_the_dfm_is_an_upload_kept_out_of_presets_and_the_users_own(tmp_path: Path) -> None:
     (view,) = [v for v in describe(REGISTRY["deep_swapper"].Options) if v.name == "model_file"]
     with gr.Blocks():
         widget = cells.widget(view, None)
         settings = cells.Settings({"deep_swapper": REGISTRY["deep_swapper"].Options})
         settings.add("deep_swapper", "model_file", widget, view)
     assert isinstance(widget, gr.File) and widget.file_types == [".dfm"]
+    assert cells.user_events(widget) == [widget.upload, widget.clear]  # a File has no input event
     preset = Preset.parse({"processors": ["deep_swapper"], "deep_swapper": {"model_file": "/srv/x.dfm"}}, REGISTRY)
     assert settings.values_from(preset) == [None]  # a preset never fills the session's upload
+    studio = Studio(work_dir=tmp_path / "work")
     raw = {"processors": ["deep_swapper"], "deep_swapper": {"model_file": "/tmp/upload/x.dfm", "morph": 50}}
-    assert cells.without_files(raw, settings) == {"processors": ["deep_swapper"], "deep_swapper": {"morph": 50}}
-    jobs = JobQueue(lambda *a: None, REGISTRY, tmp_path / "jobs", max_queued=2)  # type: ignore[arg-type]
-    with pytest.raises(InvalidInput, match=r"the jobs API takes no deep_swapper.model_file \(a path on the server\)"):
-        jobs.submit(raw, lambda folder: (folder / "t.png", [], {}))
+    assert studio.without_files(raw) == {"processors": ["deep_swapper"], "deep_swapper": {"morph": 50}}
+    # A user of the studio, the jobs API or live names only a .dfm of their own (the service's one check).
+    stranger = Access(owns=lambda path: False)
+    with pytest.raises(InvalidInput, match=r"deep_swapper.model_file takes a file you uploaded to this server"):
+        studio.service.admit(raw, [], stranger)
+    assert studio.service.admit(raw, [], Access(owns=lambda path: True))["deep_swapper"]["morph"] == 50

@@ -105,7 +105,7 @@ class RunPanel:
             self.cancel = gr.Button("Cancel", variant="stop", elem_id="cancel", scale=1)
             self.preview_btn = gr.Button("Preview", elem_id="preview-btn", scale=1)
         # Several targets in one upload: each a job of its own, in turn, each into the history.
-        self.batch = gr.UploadButton(
+        self.batch = uploads.UploadButton(
             "Run on several targets…", file_count="multiple", file_types=["image", "video"], elem_id="run-batch",
             size="sm",
         )  # fmt: skip
