@@ -148,6 +148,8 @@ class Runtime:
     _sessions: dict[tuple[str, str], LoadedModel] = field(default_factory=dict, repr=False)
     _verified: set[Path] = field(default_factory=set, repr=False)
     _warm: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
+    # The sha256 of each user-given graph (path, size, mtime in ns) hashed so far.
+    _digests: dict[tuple[str, int, int], str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.manifest = self.manifest.with_trusted(self.folders.models).with_exports(self.folders.models)
@@ -301,8 +303,11 @@ class Runtime:
             raise InvalidJob(f"{Path(path).name} is an ONNX graph the user gave: it runs with --backend onnx (or auto)")
         path = Path(path)
         if not path.is_file():
-            raise InvalidInput(f"{model_id}: {path} is not a file")
-        digest = fetch.sha256_file(path)
+            raise InvalidInput(f"{model_id}: {path.name} is not a file")
+        stat = path.stat()
+        # Hashed once per content (a preview rebuilds the chain on every change; a .dfm weighs hundreds of MB).
+        seen = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        digest = self._digests.get(seen) or self._digests.setdefault(seen, fetch.sha256_file(path))
         key = (f"{model_id}:{digest}", name)
         if key not in self._sessions:
             inputs, outputs = signature.read_signature(path)
