@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli import batch
 from cli.common import UsageError, download_progress, job_from_args, positive, registry, require_consent, service
 from engine.core.progress import for_terminal
 
@@ -18,8 +19,17 @@ DEMO_DIR = ROOT / "outputs" / "demo"
 def add(sub: Any, summary: str) -> None:
     """The `run` command's arguments."""
     run = sub.add_parser("run", help=summary)
-    run.add_argument("--target", type=Path, help="image or video to process")
-    run.add_argument("--output", type=Path, help="where to write the result (same kind as the target)")
+    run.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        help="image or video to process; repeatable, and a pattern ('clips/*.mp4') makes a batch (cli/batch.py)",
+    )
+    run.add_argument(
+        "--output",
+        type=Path,
+        help="where to write the result (same kind as the target); a batch: a template with {name}, {ext}, {index}",
+    )
     run.add_argument("--source", type=Path, action="append", default=[], help="source face image (repeatable)")
     run.add_argument(
         "--map",
@@ -62,8 +72,14 @@ def add(sub: Any, summary: str) -> None:
     run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
-def command(args: argparse.Namespace) -> int:
-    """Process a target (or the demo clip) and print the run's summary, the resume and identity lines."""
+def command(args: argparse.Namespace, engine: Any = None) -> int:
+    """Process a target (or the demo clip) and print the run's summary, the resume and identity lines; several
+    targets or a pattern run as a batch (cli/batch.py). `engine`: the service to run on (a batch's, whose models
+    stay loaded from one target to the next); default, a new one."""
+    if isinstance(args.target, list):
+        if batch.wanted(args.target, args.output):
+            return batch.command(args, command)
+        args.target = Path(args.target[0]) if args.target else None
     if args.demo:
         if args.target or args.job:
             raise UsageError("--demo makes its own target; drop --target/--job")
@@ -96,7 +112,7 @@ def command(args: argparse.Namespace) -> int:
             # Connected before any model loads: a wrong address or a missing Ray fails at once.
             stack.enter_context(cluster.connect(args.cluster, args.workers))
             renderer = cluster.RayRenderer(args.workers)
-        report = service().run(
+        report = (engine or service()).run(
             job, for_terminal(), overwrite=args.overwrite, downloads=download_progress, resume=args.resume,
             renderer=renderer, signing=signing,
         )  # fmt: skip

@@ -14,10 +14,15 @@ from types import MappingProxyType
 from engine.job.processor import FrameProcessor
 from engine.job.settings import Job
 from engine.models.runtime import Runtime
+from processors.age_modifier import AgeModifier
+from processors.background_remover import BackgroundRemover
+from processors.deep_swapper import DeepSwapper
 from processors.expression_restorer import ExpressionRestorer
 from processors.face_debugger import FaceDebugger
+from processors.face_editor import FaceEditor
 from processors.face_enhancer import FaceEnhancer
 from processors.face_swapper import FaceSwapper
+from processors.frame_colourizer import FrameColourizer
 from processors.frame_enhancer import FrameEnhancer
 from processors.lip_syncer import LipSyncer
 
@@ -25,9 +30,14 @@ log = logging.getLogger(__name__)
 
 _BUILTIN: tuple[type[FrameProcessor], ...] = (
     FaceSwapper,
+    DeepSwapper,
+    AgeModifier,
+    FaceEditor,
     ExpressionRestorer,
     LipSyncer,
     FaceEnhancer,
+    FrameColourizer,
+    BackgroundRemover,
     FrameEnhancer,
     FaceDebugger,
 )

@@ -1,5 +1,6 @@
 """Face debugger: draws what the face stage decided on each frame — every chosen face's box, its 5 and 68
-landmarks, the paste-back mask the chain's face swapper (else its face enhancer) uses, the person number, the
+landmarks, the paste-back mask of the chain's first face processor that pastes faces back (a swapper, the deep
+swapper, the age modifier, the face editor, the face enhancer, in that order), the person number, the
 detection score and the identity distance to the face's source. At the end of any chain (after an upscaler too:
 the drawing is scaled to the frame), or as the studio preview's toggle.
 
@@ -25,6 +26,9 @@ from engine.faces.masker import listed
 from engine.job.processor import BoundJob, FrameContext, FrameProcessor, ProcessorOptions
 from engine.models.runtime import Runtime
 from engine.run.face_stage import build_analyser
+from processors.age_modifier import AgeModifier
+from processors.deep_swapper import DeepSwapper
+from processors.face_editor import FaceEditor
 from processors.face_enhancer import FaceEnhancer
 from processors.face_swapper import FaceSwapper
 
@@ -40,7 +44,9 @@ LANDMARKS5 = (40, 255, 40)
 LANDMARKS68 = (0, 230, 255)
 MASK_TINT = 0.45  # how strongly the mask tints the face, at mask 1
 # The processors whose paste-back mask the debugger shows, in the order it looks for them in the chain.
-MASKED = {FaceSwapper.id: FaceSwapper, FaceEnhancer.id: FaceEnhancer}
+MASKED: dict[str, type[FaceSwapper | DeepSwapper | AgeModifier | FaceEditor | FaceEnhancer]] = {
+    cls.id: cls for cls in (FaceSwapper, DeepSwapper, AgeModifier, FaceEditor, FaceEnhancer)
+}
 
 
 class FaceDebuggerOptions(ProcessorOptions):
@@ -68,12 +74,12 @@ class FaceDebugger(FrameProcessor[FaceDebuggerOptions]):
 
     def __init__(self, options: FaceDebuggerOptions, runtime: Runtime) -> None:
         super().__init__(options, runtime)
-        self.masked: FaceSwapper | FaceEnhancer | None = None
+        self.masked: FaceSwapper | DeepSwapper | AgeModifier | FaceEditor | FaceEnhancer | None = None
         self.analyser: Any = None
 
     def bind_job(self, job: BoundJob) -> None:
-        """The mask shown is that of the chain's face swapper (else face enhancer), built from its options on the
-        same runtime (its models are the chain's, already loaded); the distance uses the job's analyser."""
+        """The mask shown is that of the chain's first processor in MASKED, built from its options on the same
+        runtime (its models are the chain's, already loaded); the distance uses the job's analyser."""
         if "mask" in self.options.show:
             pid = next((p for p in MASKED if p in job.processors), None)
             if pid is not None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Annotated, Any, ClassVar, Literal
 
+import cv2
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field, field_validator, model_validator
@@ -31,6 +32,7 @@ from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.models.executor import executor_for
 from engine.models.manifest import Manifest, ModelSpec
 from engine.models.runtime import LoadedModel, Runtime
+from engine.models.tensor import run_images
 from engine.run.face_stage import SourceIdentity
 
 LANDMARK_WARP = "landmark_warp"
@@ -94,6 +96,15 @@ class FaceSwapperOptions(ProcessorOptions):
         "empty: the model's size",
     )
 
+    secondary: Annotated[str | None, Shown(unless={"model": (LANDMARK_WARP,)}, models="face_swapper")] = Field(
+        default=None,
+        description="a second swapper blended with the first: it gets the same aligned crop and the two swapped "
+        "faces are mixed before paste-back (a model of the same crop template); empty: none",
+    )
+    secondary_blend: Annotated[int, Shown(unless={"model": (LANDMARK_WARP,)}, unit="%")] = Field(
+        default=50, ge=0, le=100, description="% of the second swapper's face in the mix"
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _legacy_mask(cls, raw: Any) -> Any:
@@ -110,6 +121,35 @@ class FaceSwapperOptions(ProcessorOptions):
             raise ValueError(f"unknown face_swapper model {value!r}; known: {', '.join(_model_ids())}")
         return value
 
+    @field_validator("secondary")
+    @classmethod
+    def _known_secondary(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        known = [m for m in _model_ids() if m != LANDMARK_WARP]
+        if value not in known:
+            raise ValueError(f"unknown second face_swapper model {value!r}; known: {', '.join(known)}")
+        return value
+
+    @model_validator(mode="after")
+    def _blendable(self) -> FaceSwapperOptions:
+        """A second swapper takes the first's aligned crop: it must be cut on the same template."""
+        if self.secondary is None or self.model == LANDMARK_WARP:
+            return self
+        catalogue = Manifest.load()
+        first, second = catalogue.get(self.model), catalogue.get(self.secondary)
+        if self.secondary == self.model:
+            raise ValueError(f"the second swapper is the first one ({self.model}); choose another or none")
+        if first.template != second.template:
+            same = [
+                m.id for m in catalogue.for_task("face_swapper") if m.template == first.template and m.id != self.model
+            ]
+            raise ValueError(
+                f"{self.secondary} cuts faces on {second.template}, {self.model} on {first.template}: the two must "
+                f"share the crop; with {self.model} choose {', '.join(same) or 'none'}"
+            )
+        return self
+
     @model_validator(mode="after")
     def _offered_boost(self) -> FaceSwapperOptions:
         if self.pixel_boost is not None and self.model != LANDMARK_WARP:
@@ -120,6 +160,25 @@ class FaceSwapperOptions(ProcessorOptions):
                     f"{', '.join(map(str, offered))}"
                 )
         return self
+
+
+def _load_swapper(
+    runtime: Runtime, model_id: str, backend: str | None
+) -> tuple[LoadedModel, LoadedModel | None, LoadedModel | None]:
+    """(the swapper, its recogniser, its converter) loaded; InvalidJob when the entry is not a swapper's."""
+    loaded = runtime.load(model_id, backend)
+    swap = loaded.spec.swap
+    if swap is None or loaded.spec.io.source is None:
+        raise InvalidJob(f"{model_id}'s catalogue entry names no identity input, so it is not a face swapper")
+    recogniser = runtime.load(swap.recogniser, backend) if swap.recogniser is not None else None
+    converter = runtime.load(swap.converter, backend) if swap.converter is not None else None
+    return loaded, recogniser, converter
+
+
+def _convert(converter: LoadedModel, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """A converter model's map of one 1×512 vector."""
+    (out, *_) = converter.session.run({converter.spec.io.input: vector})
+    return np.asarray(out, np.float32).reshape(1, -1)
 
 
 def boost_sizes(spec: ModelSpec) -> tuple[int, ...]:
@@ -142,8 +201,11 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         self.swapper: LoadedModel | None = None
         self.recogniser: LoadedModel | None = None
         self.converter: LoadedModel | None = None
-        # Each source identity's `source` input, made once per job: (the identity, its latent) by id.
-        self._latents: dict[int, tuple[SourceIdentity, npt.NDArray[np.float32]]] = {}
+        # Each source identity's `source` input, made once per job and swapper: (the identity, its latent) by
+        # (swapper, identity id).
+        self._latents: dict[tuple[str, int], tuple[SourceIdentity, npt.NDArray[np.float32]]] = {}
+        # The second swapper blended with the first (its swapper, recogniser, converter), if any.
+        self.second: tuple[LoadedModel, LoadedModel | None, LoadedModel | None] | None = None
         # Colour statistics per tracked face, reused while its lighting holds (colour.TrackColours).
         self._colours = None if options.colour == "none" else colour.TrackColours(options.colour)
         if options.model == LANDMARK_WARP and "face" not in options.mask:
@@ -161,21 +223,21 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         if options.model == LANDMARK_WARP:
             return
         # Every file of the chain checked first, so one error names everything that is missing.
-        runtime.ensure([m.id for m in runtime.manifest.chain(options.model)], options.backend)
-        self.swapper = runtime.load(options.model, options.backend)
-        swap = self.swapper.spec.swap
-        if swap is None or self.swapper.spec.io.source is None:
-            raise InvalidJob(f"{options.model}'s catalogue entry names no identity input, so it is not a face swapper")
-        if swap.recogniser is not None:
-            self.recogniser = runtime.load(swap.recogniser, options.backend)
-        if swap.converter is not None:
-            self.converter = runtime.load(swap.converter, options.backend)
+        needed = [m.id for m in runtime.manifest.chain(options.model)]
+        if options.secondary is not None:
+            needed += [m.id for m in runtime.manifest.chain(options.secondary) if m.id not in needed]
+        runtime.ensure(needed, options.backend)
+        self.swapper, self.recogniser, self.converter = _load_swapper(runtime, options.model, options.backend)
+        if options.secondary is not None:
+            self.second = _load_swapper(runtime, options.secondary, options.backend)
 
     @classmethod
     def model_ids(cls, options: ProcessorOptions) -> list[str]:
         opts: FaceSwapperOptions = options  # type: ignore[assignment]
         masks = masker.model_ids(opts.mask, opts.occluder, opts.parser)
         swap = [] if opts.model == LANDMARK_WARP else [m.id for m in Manifest.load().chain(opts.model)]
+        if opts.secondary is not None and opts.model != LANDMARK_WARP:
+            swap += [m.id for m in Manifest.load().chain(opts.secondary) if m.id not in swap]
         return swap + masks
 
     def describe(self) -> dict[str, Any]:
@@ -187,6 +249,12 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         for role, loaded in (("recogniser", self.recogniser), ("converter", self.converter)):
             if loaded is not None:
                 info[role] = loaded.describe()
+        if self.second is not None:
+            second, recogniser, converter = self.second
+            info["secondary"] = {
+                **second.describe(),
+                **{role: m.describe() for role, m in (("recogniser", recogniser), ("converter", converter)) if m},
+            }
         return info
 
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
@@ -274,33 +342,54 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         return np.rint(original * (1.0 - a) + swapped * a).astype(np.uint8)
 
     # -- the model swappers -----------------------------------------------------------------------------------
-    def _identity(self, identity: SourceIdentity) -> npt.NDArray[np.float32]:
-        """The swapper's `source` input for one source identity: computed once per job and identity."""
-        kept = self._latents.get(id(identity))
+    def _identity(self, identity: SourceIdentity, second: bool = False) -> npt.NDArray[np.float32]:
+        """The `source` input of the swapper (the second one with `second`) for one source identity: computed once
+        per job, swapper and identity."""
+        assert self.swapper is not None
+        loaded, recogniser, converter = self.second if second and self.second else (
+            self.swapper, self.recogniser, self.converter
+        )  # fmt: skip
+        key = (loaded.spec.id, id(identity))
+        kept = self._latents.get(key)
         if kept is None:
-            assert self.swapper is not None and self.swapper.spec.swap is not None
-            swap = self.swapper.spec.swap
+            assert loaded.spec.swap is not None
+            swap = loaded.spec.swap
             faces = identity.faces
             if swap.source == "image":
                 # One crop is the identity: the first source image's face (as landmark_warp takes its texture).
                 latent = swapper.source_image(swap, faces[0].image, faces[0].face.landmarks5)
             else:
-                assert self.recogniser is not None
-                rec = self.recogniser.spec
+                assert recogniser is not None
+                rec = recogniser.spec
                 embeddings = swapper.embed(
-                    self.recogniser.session, rec.io, rec.template or "arcface_112", rec.input_size or 112,
+                    recogniser.session, rec.io, rec.template or "arcface_112", rec.input_size or 112,
                     [(s.image, s.face.landmarks5) for s in faces],
                 )  # fmt: skip
-                emap = swapper.emap_from_onnx(self.runtime.local_path(self.swapper.file)) if swap.emap else None
-                latent = swapper.latent(swap, embeddings, convert=self._convert, emap=emap)
-            kept = self._latents[id(identity)] = (identity, latent)
+                emap = swapper.emap_from_onnx(self.runtime.local_path(loaded.file)) if swap.emap else None
+                convert = None if converter is None else partial(_convert, converter)
+                latent = swapper.latent(swap, embeddings, convert=convert, emap=emap)
+            kept = self._latents[key] = (identity, latent)
         return kept[1]
 
-    def _convert(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        assert self.converter is not None
-        io = self.converter.spec.io
-        (out, *_) = self.converter.session.run({io.input: vector})
-        return np.asarray(out, np.float32).reshape(1, -1)
+    def _blend_second(
+        self, crops: npt.NDArray[np.uint8], swapped: npt.NDArray[np.uint8], identity: SourceIdentity
+    ) -> npt.NDArray[np.uint8]:
+        """The first swapper's faces (N×S×S×3 uint8 RGB) mixed with the second's, which gets the same aligned crops
+        (resized to its own size, its output resized back): secondary_blend % of the second's."""
+        assert self.second is not None
+        second = self.second[0]
+        own = second.spec.input_size or crops.shape[1]
+        size = crops.shape[1]
+        resized = (
+            np.stack([cv2.resize(c, (own, own), interpolation=cv2.INTER_AREA) for c in crops]) if own != size else crops
+        )
+        out = run_images(second.session, second.spec.io, resized, per_item={
+            str(second.spec.io.source): self._identity(identity, second=True)
+        })  # fmt: skip
+        if own != size:
+            out = np.stack([cv2.resize(o, (size, size), interpolation=cv2.INTER_CUBIC) for o in out])
+        w = self.options.secondary_blend / 100.0
+        return np.clip(np.rint(swapped * (1.0 - w) + out * w), 0, 255).astype(np.uint8)
 
     def _model_swap(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:
         assert self.swapper is not None
@@ -337,6 +426,10 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
                 self.swapper.session, spec.io, executor.split(cut, k), per_item={spec.io.source: source}
             )
             swapped = executor.weave(subs, k)
+            if self.second is not None:
+                # Both swappers' faces of the same crops, mixed on the host before paste-back.
+                mixed = self._blend_second(executor.host(cut), executor.host(swapped), jobs[members[0]][2])
+                swapped = executor.images(mixed)
             kept = [masks[n] for n in members]
             if self._colours is not None:
                 # Colour transfer runs on the host, on the crops alone (a few kilobytes each).

@@ -69,7 +69,8 @@ def test_unknown_override_keys(sets: list[str], message: str) -> None:
         ({"runtime": {"device": "tpu"}}, "runtime.device: String should match pattern"),
         (
             {"processors": ["morpher"]},
-            "unknown processor 'morpher'; available: face_swapper, expression_restorer, lip_syncer, face_enhancer",
+            "unknown processor 'morpher'; available: face_swapper, deep_swapper, age_modifier, face_editor, "
+            "expression_restorer",
         ),
         ({"processors": []}, "no processors chosen"),
         ({"colour": 1}, "unknown setting 'colour'"),
@@ -112,8 +113,8 @@ def test_missing_preset_names_the_builtin_ones() -> None:
 def test_schema_lists_every_processor_and_group() -> None:
     schema = preset_schema(REGISTRY)
     expected = {"processors", "face_swapper", "expression_restorer", "lip_syncer", "face_enhancer", "frame_enhancer"}
-    expected |= {"face_debugger"}
-    expected |= {"faces", "video", "runtime"}
+    expected |= {"face_debugger", "deep_swapper", "age_modifier", "face_editor", "frame_colourizer"}
+    expected |= {"background_remover", "faces", "video", "runtime"}
     assert set(schema["properties"]) == expected
     fe = schema["properties"]["frame_enhancer"]["properties"]
     assert fe["scale"]["anyOf"][0]["maximum"] == 4.0

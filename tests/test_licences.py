@@ -74,6 +74,27 @@ MANIFEST_CASES = {
         "Wav2Lip: personal, research and non-commercial use only (trained on LRS2; commercial use is prohibited)",
         "https://github.com/Rudrabha/Wav2Lip",
     ): ["wav2lip"],
+    # The toolbox's processors (issue 34): the age modifier, FairFace, the colourizers, the background removers.
+    (
+        "MIT (FaceFusion's label for ry-lu's FRAN; the upstream licence file was not checked here)",
+        "https://github.com/ry-lu",
+    ): ["mit"],
+    (
+        "S-Lab-1.0 (williamyang1991/StyleGANEX LICENSE.md: non-commercial use; commercial use needs the authors' "
+        "permission)",
+        "https://github.com/williamyang1991/StyleGANEX",
+    ): ["s-lab-1.0-styleganex"],
+    ("CC BY 4.0 (dchen236/FairFace README)", "https://github.com/dchen236/FairFace"): ["cc-by-4.0"],
+    ("Apache-2.0 (FaceFusion's label for piddnad/DDColor)", "https://github.com/piddnad/DDColor"): ["apache-2.0"],
+    ("MIT (FaceFusion's label for jantic/DeOldify)", "https://github.com/jantic/DeOldify"): ["mit"],
+    ("Apache-2.0 (FaceFusion's label for ZHKKKe/MODNet)", "https://github.com/ZHKKKe/MODNet"): ["apache-2.0"],
+    ("MIT (FaceFusion's label for ZhengPeng7/BiRefNet)", "https://github.com/ZhengPeng7/BiRefNet"): ["mit"],
+    ("Apache-2.0 (xuebinqin/DIS; FaceFusion's label agrees)", "https://github.com/xuebinqin/DIS"): ["apache-2.0"],
+    (
+        "CC BY-NC 4.0 (briaai/RMBG-2.0 model card: non-commercial; commercial use needs a BRIA agreement)",
+        "https://huggingface.co/briaai/RMBG-2.0",
+    ): ["cc-by-nc-4.0"],
+    ("MIT (FaceFusion's label for PramaLLC/BEN2)", "https://huggingface.co/PramaLLC/BEN2"): ["mit"],
 }
 
 # The wording of the models being added (MODELS.md §8-§16), as FaceFusion and the upstream repos put it.

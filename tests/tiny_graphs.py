@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from engine.models.manifest import MANIFEST_PATH, IOSpec
 
 OPSET = 13
-_TYPES = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE}
+_TYPES = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "int64": TensorProto.INT64}
 
 
 def _save(nodes: list, inputs: list, outputs: list, inits: list, path: Path) -> bytes:
@@ -227,12 +227,16 @@ def _tables(text: str) -> list[tuple[str, str]]:
 
 
 def write_manifest(
-    path: Path, files: Mapping[str, Path | tuple[Path, str]], extra: str = "", base: Path = MANIFEST_PATH
+    path: Path,
+    files: Mapping[str, Path | tuple[Path, str]],
+    extra: str = "",
+    base: Path = MANIFEST_PATH,
+    url: Callable[[Path], str] = Path.as_uri,
 ) -> Path:
     """The built-in manifest with each model in `files` served by one file: a real file's format, name and I/O
     override (its first file, or the one named in a (path, filename) pair), with url/size/sha256 of the tiny
-    file; `extra` TOML appended (new entries). Everything else (io specs, swap tables, templates, the embedded
-    models) is copied as it is."""
+    file (its URL: `url(tiny file)`, file:// by default); `extra` TOML appended (new entries). Everything else
+    (io specs, swap tables, templates, the embedded models) is copied as it is."""
     tables = _tables(base.read_text(encoding="utf-8"))
     replaced = {f"models.{model_id}.files" for model_id in files}
     parts = [text for name, text in tables if name not in replaced]
@@ -250,9 +254,167 @@ def write_manifest(
             f"[[models.{model_id}.files]]\n"
             f'format = "{keys["format"][1]}"\n'  # type: ignore[index]
             f'filename = "{keys["filename"][1]}"\n'  # type: ignore[index]
-            f'url = "{tiny.as_uri()}"\n'
+            f'url = "{url(tiny)}"\n'
             f"size = {len(data)}\n"
             f'sha256 = "{hashlib.sha256(data).hexdigest()}"\n{io}'
         )
     path.write_text("\n".join(parts) + "\n" + extra, encoding="utf-8")
     return path
+
+
+# -- the toolbox's processors ---------------------------------------------------------------------------------
+def _values(names: Sequence[str], arrays: Sequence[np.ndarray]) -> list[onnx.TensorProto]:
+    return [numpy_helper.from_array(np.asarray(a), n) for n, a in zip(names, arrays, strict=True)]
+
+
+def fran(path: Path, gain: float = 2.0) -> bytes:
+    """FRAN's signature: `target` [1,3,1024,1024] RGB [0, 1], `direction` [2] → [1,3,1024,1024] in [0, 1]:
+    clip(target + gain·(direction[1] − direction[0])): older brightens the face, younger darkens it, and the
+    output tells which direction it was given."""
+    nodes = [
+        helper.make_node("Mul", ["direction", "signs"], ["d"]),
+        helper.make_node("ReduceSum", ["d"], ["delta"], keepdims=0),
+        helper.make_node("Mul", ["delta", "gain"], ["lift"]),
+        helper.make_node("Add", ["target", "lift"], ["raw"]),
+        helper.make_node("Clip", ["raw", "zero", "one"], ["aged"]),
+    ]
+    inits = _values(
+        ["signs", "gain", "zero", "one"], [np.float32([-1, 1]), np.float32(gain), np.float32(0), np.float32(1)]
+    )
+    ins = [_value("target", [1, 3, 1024, 1024]), _value("direction", [2])]
+    return _save(nodes, ins, [_value("aged", [1, 3, 1024, 1024])], inits, path)
+
+
+def styleganex(path: Path) -> bytes:
+    """StyleGANEX age's signature: `target` [1,3,256,256], `target_with_background` [1,3,384,384], `direction` (a
+    scalar) → [1,3,768,768] in [−1, 1]: the wider view upsampled ×2 plus the direction (its mean: 0·target)."""
+    nodes = [
+        helper.make_node("ReduceMean", ["target"], ["t_mean"], keepdims=0),
+        helper.make_node("Mul", ["t_mean", "zero"], ["t_zero"]),
+        helper.make_node("Resize", ["target_with_background", "", "scales"], ["up"], mode="nearest"),
+        helper.make_node("Add", ["up", "direction"], ["moved"]),
+        helper.make_node("Add", ["moved", "t_zero"], ["raw"]),
+        helper.make_node("Clip", ["raw", "minus", "one"], ["aged"]),
+    ]
+    inits = _values(
+        ["zero", "scales", "minus", "one"], [np.float32(0), np.float32([1, 1, 2, 2]), np.float32(-1), np.float32(1)]
+    )
+    ins = [
+        _value("target", [1, 3, 256, 256]),
+        _value("target_with_background", [1, 3, 384, 384]),
+        _value("direction", []),
+    ]
+    return _save(nodes, ins, [_value("aged", [1, 3, 768, 768])], inits, path)
+
+
+def fairface(path: Path, age_group: int = 4) -> bytes:
+    """FairFace's signature: `input` [1,3,224,224] → race, gender, age indices (int64 [1]); the age group is
+    `age_group` plus the crop's mean (0 for a normalised grey crop, floored), so a brighter face reads older."""
+    nodes = [
+        helper.make_node("ReduceMean", ["input"], ["m"], axes=[1, 2, 3], keepdims=0),
+        helper.make_node("Floor", ["m"], ["f"]),
+        helper.make_node("Add", ["f", "group"], ["g"]),
+        helper.make_node("Cast", ["g"], ["age"], to=TensorProto.INT64),
+        helper.make_node("Identity", ["zero"], ["race"]),
+        helper.make_node("Identity", ["zero"], ["gender"]),
+    ]
+    inits = _values(["group", "zero"], [np.float32([age_group]), np.int64([0])])
+    outs = [helper.make_tensor_value_info(n, TensorProto.INT64, [1]) for n in ("race", "gender", "age")]
+    return _save(nodes, [_value("input", [1, 3, 224, 224])], outs, inits, path)
+
+
+def retargeter(path: Path, width: int, seed: int) -> bytes:
+    """A LivePortrait retargeter's signature: `input` [1,width] → [1,63], a fixed random dense map of the last
+    `width − 63` values (the openings) alone, so the offset depends on what opening is asked for."""
+    w = np.zeros((width, 63), np.float32)
+    w[63:] = np.random.default_rng(seed).normal(0, 0.05, (width - 63, 63))
+    nodes = [helper.make_node("MatMul", ["input", "w"], ["offset"])]
+    return _save(nodes, [_value("input", [1, width])], [_value("offset", [1, 63])], _values(["w"], [w]), path)
+
+
+def stitcher(path: Path) -> bytes:
+    """The LivePortrait stitcher's signature: `source`, `target` [1,21,3] → 0.9·source + 0.1·target."""
+    nodes = [
+        helper.make_node("Mul", ["source", "a"], ["s"]),
+        helper.make_node("Mul", ["target", "b"], ["t"]),
+        helper.make_node("Add", ["s", "t"], ["stitched"]),
+    ]
+    ins = [_value("source", [1, 21, 3]), _value("target", [1, 21, 3])]
+    return _save(
+        nodes, ins, [_value("stitched", [1, 21, 3])], _values(["a", "b"], [np.float32(0.9), np.float32(0.1)]), path
+    )
+
+
+def ddcolor(path: Path) -> bytes:
+    """DDColor's signature: `input` [1,3,h,w] grey RGB in [0, 1] → a*b* [1,2,h,w]: a* = 60·(grey − 0.5) (dark
+    greenish, light reddish), b* = 25 (warm) everywhere."""
+    nodes = [
+        helper.make_node("ReduceMean", ["input"], ["g"], axes=[1], keepdims=1),
+        helper.make_node("Sub", ["g", "half"], ["c"]),
+        helper.make_node("Mul", ["c", "sixty"], ["a"]),
+        helper.make_node("Mul", ["g", "zero"], ["g0"]),
+        helper.make_node("Add", ["g0", "warm"], ["b"]),
+        helper.make_node("Concat", ["a", "b"], ["ab"], axis=1),
+    ]
+    inits = _values(["half", "sixty", "zero", "warm"], [np.float32(0.5), np.float32(60), np.float32(0), np.float32(25)])
+    return _save(nodes, [_value("input", [1, 3, "h", "w"])], [_value("ab", [1, 2, "h", "w"])], inits, path)
+
+
+def deoldify(path: Path) -> bytes:
+    """DeOldify's signature: `input` [1,3,h,w] grey RGB 0–255 → [1,3,h,w] an RGB picture 0–255: sepia (R = grey,
+    G = 0.8·grey, B = 0.55·grey)."""
+    tint = np.float32([1.0, 0.8, 0.55]).reshape(1, 3, 1, 1)
+    nodes = [helper.make_node("Mul", ["input", "tint"], ["picture"])]
+    return _save(
+        nodes,
+        [_value("input", [1, 3, "h", "w"])],
+        [_value("picture", [1, 3, "h", "w"])],
+        _values(["tint"], [tint]),
+        path,
+    )
+
+
+def matting(path: Path, io: IOSpec, size: int) -> bytes:
+    """A background matting model with `io`'s signature at `size` px: one plane, exactly 1 where a pixel's mean
+    is above 128 (the bright "person") and exactly 0 below it (a saturated sigmoid of the normalised mean)."""
+    centre = np.float32([(128 / 255 - io.mean[c]) / io.std[c] for c in range(3)]).reshape(1, 3, 1, 1)
+    nodes = [
+        helper.make_node("Sub", ["input", "centre"], ["d"]),
+        helper.make_node("ReduceMean", ["d"], ["m"], axes=[1], keepdims=1),
+        helper.make_node("Mul", ["m", "gain"], ["z"]),
+        helper.make_node("Sigmoid", ["z"], ["matte"]),
+    ]
+    gain = np.float32(4000.0 * min(io.std))
+    ins = [_value(io.input, [1, 3, size, size])]
+    return _save(nodes, ins, [_value("matte", [1, 1, size, size])], _values(["centre", "gain"], [centre, gain]), path)
+
+
+def dfm(path: Path, size: int = 96, morph: bool = False, outputs: int = 3) -> bytes:
+    """A DeepFaceLive `.dfm` signature at `size` px: `in_face:0` [1,S,S,3] (+ `morph_value:0` [1]) → the face's
+    mask (all 1), the swapped face = 1 − input (inverted: plainly another face; with morph m: m·(1 − input) +
+    (1 − m)·input) and its mask (all 1); only the first `outputs` of them (fewer: a graph of other I/O)."""
+    nodes = [
+        helper.make_node("Sub", ["one", "in_face:0"], ["inverted"]),
+        helper.make_node("ReduceMean", ["in_face:0"], ["mean"], axes=[3], keepdims=1),
+        helper.make_node("Mul", ["mean", "zero"], ["z"]),
+        helper.make_node("Add", ["z", "one"], ["out_face_mask:0"]),
+        helper.make_node("Add", ["z", "one"], ["out_celeb_face_mask:0"]),
+    ]
+    if morph:
+        nodes += [
+            helper.make_node("Sub", ["inverted", "in_face:0"], ["change"]),
+            helper.make_node("Mul", ["change", "morph_value:0"], ["moved"]),
+            helper.make_node("Add", ["in_face:0", "moved"], ["out_celeb_face:0"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Identity", ["inverted"], ["out_celeb_face:0"]))
+    ins = [_value("in_face:0", [1, size, size, 3])] + ([_value("morph_value:0", [1])] if morph else [])
+    outs = [_value("out_face_mask:0", [1, size, size, 1]), _value("out_celeb_face:0", [1, size, size, 3]),
+            _value("out_celeb_face_mask:0", [1, size, size, 1])][:outputs]  # fmt: skip
+    return _save(nodes, ins, outs, _values(["one", "zero"], [np.float32(1), np.float32(0)]), path)
+
+
+def wrong(path: Path) -> bytes:
+    """A graph no catalogue entry declares: `image` [1,3,8,8] → itself."""
+    nodes = [helper.make_node("Identity", ["image"], ["same"])]
+    return _save(nodes, [_value("image", [1, 3, 8, 8])], [_value("same", [1, 3, 8, 8])], [], path)

@@ -138,6 +138,8 @@ def widget(view: OptionView, value: Any, choices: Sequence[tuple[str, Any]] | No
         options = list(choices) if choices else [(str(c), c) for c in view.choices or ()]
         if view.kind == "open_choice":
             return gr.Dropdown(choices=options, value=value, allow_custom_value=True, **common)
+        if view.optional:  # an optional choice (a second swapper) can be none: empty, read back as None
+            return gr.Dropdown(choices=[("none", ""), *options], value=value or "", filterable=False, **common)
         return gr.Dropdown(choices=options, value=value, filterable=False, **common)
     if view.kind == "multi":
         options = list(choices) if choices else [(str(c), c) for c in view.choices or ()]
@@ -158,6 +160,13 @@ def widget(view: OptionView, value: Any, choices: Sequence[tuple[str, Any]] | No
     # Text (and optional numbers: a Number cannot be empty, and empty means "the default").
     placeholder = "empty: the default" if view.optional else None
     return gr.Textbox(value="" if value is None else str(value), placeholder=placeholder, **common)
+
+
+def user_events(component: gr.Component) -> list[Any]:
+    """The events by which the user (not a handler) changes a widget: `input`; an upload control's upload and clear."""
+    if isinstance(component, gr.File):
+        return [component.upload, component.clear]
+    return [component.input]
 
 
 def from_widget(view: OptionView, value: Any) -> Any:

@@ -84,7 +84,8 @@ class PreviewPanel:
         for positions in page.settings.cells().values():
             widgets = [settings[p] for p in positions]
             gr.on(
-                [w.input for w in widgets], page.hearing(positions), [*self.inputs, *widgets], self.outputs,
+                [event for w in widgets for event in cells.user_events(w)], page.hearing(positions),
+                [*self.inputs, *widgets], self.outputs,
                 trigger_mode="always_last", show_progress="minimal", queue=False,
             )  # fmt: skip
         gr.on(

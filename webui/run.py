@@ -104,6 +104,11 @@ class RunPanel:
             self.run = gr.Button("Run", variant="primary", elem_id="run", scale=2)
             self.cancel = gr.Button("Cancel", variant="stop", elem_id="cancel", scale=1)
             self.preview_btn = gr.Button("Preview", elem_id="preview-btn", scale=1)
+        # Several targets in one upload: each a job of its own, in turn, each into the history.
+        self.batch = uploads.UploadButton(
+            "Run on several targets…", file_count="multiple", file_types=["image", "video"], elem_id="run-batch",
+            size="sm",
+        )  # fmt: skip
         self.status = gr.Markdown(elem_id="status", elem_classes="fs-status")
         self.result_image = gr.Image(
             label="result", type="filepath", interactive=False, visible=False, elem_id="result-image"
@@ -127,6 +132,11 @@ class RunPanel:
             run_out, concurrency_limit=None, show_progress="hidden",
         )  # fmt: skip
         self.cancel.click(self.on_cancel, None, [self.status], queue=False)
+        self.batch.upload(
+            self.on_batch,
+            [self.agreed, self.batch, inputs.sources, page.history.version, *page.settings.components],
+            [self.status, self.result_summary, page.history.version], concurrency_limit=None, show_progress="hidden",
+        )  # fmt: skip
 
     def on_run(
         self,
@@ -195,6 +205,65 @@ class RunPanel:
             compare,
             version + 1,
         )
+
+    def on_batch(
+        self,
+        agreed: bool,
+        targets: list[str] | None,
+        sources: list[str] | None,
+        version: int,
+        request: gr.Request,
+        *values: Any,
+    ) -> Iterator[tuple[Any, ...]]:
+        """Several targets of one upload run as jobs in turn with the current settings (`Studio.run_batch`), each
+        into the history; the status follows the job running, the summary says what each did."""
+        if not agreed:
+            gr.Warning("tick the responsible-use notice before running")
+            yield "tick the responsible-use notice (above Run) before running", gr.update(), gr.update()
+            return
+        session = self.page.session(request)
+        files = list(targets or [])
+        self.studio.note_upload(session, "batch", files)
+        raw = self.page.settings.raw_from(values)
+        states: list[tuple[int, str, RunState]] = []
+        result: dict[str, Any] = {}
+
+        def progress(n: int, name: str) -> RunState:
+            states.append((n, name, RunState(session.cancel)))
+            return states[-1][2]
+
+        def work() -> None:
+            try:
+                result["done"] = self.studio.run_batch(
+                    session, files, lambda t: self.page.people.apply(session, raw, t, sources or []), progress
+                )
+            except BaseException as exc:  # reported below, in the status panel
+                result["error"] = exc
+
+        session.cancel.clear()
+        worker = threading.Thread(target=work, name="facestudio-ui-batch", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.5)
+            if states:
+                n, name, state = states[-1]
+                yield f"job {n} of {len(files)} ({name}): {state.text()}", gr.update(), gr.update()
+        error = result.get("error")
+        if error is not None:
+            message = "cancelled" if isinstance(error, Cancelled) else user_message(error, session.names)
+            yield f"<span class='fs-warn'>**stopped** — {message}</span>", gr.update(), version + 1
+            return
+        lines = []
+        for target, outcome in result["done"]:
+            name = self.studio.name(session, target)
+            if isinstance(outcome, FacestudioError):
+                lines.append(f"- {name}: **failed** — {user_message(outcome, session.names)}")
+            else:
+                report = outcome[0]
+                lines.append(f"- {name}: done in {report.seconds:.1f} s → {self.studio.name(session, report.output)}")
+        failed = sum(isinstance(o, FacestudioError) for _, o in result["done"])
+        head = f"{len(files) - failed} of {len(files)} targets done" + (f", {failed} failed" if failed else "")
+        yield f"**{head}** — each is in the History tab", "\n".join(lines), version + 1
 
     def on_cancel(self, request: gr.Request) -> str:
         self.page.session(request).cancel.set()

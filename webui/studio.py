@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -379,6 +379,34 @@ class Studio:
         for dropped in session.history.add(entry):
             self.guard.release(session.owner, [dropped.output, dropped.sidecar, dropped.thumbnail or ""])
         return report, entry
+
+    def run_batch(
+        self,
+        session: Session,
+        targets: Sequence[str],
+        prepare: Callable[[str], tuple[dict[str, Any], Sequence[str]]],
+        progress: Callable[[int, str], Progress | None],
+        queued: Any = None,
+    ) -> list[tuple[str, tuple[RunReport, Entry] | FacestudioError]]:
+        """Several targets of one upload as jobs, one after another, each taking its turn in the fair line and
+        becoming a history entry as it finishes (`run_for`): `prepare(target)` gives its settings and sources,
+        `progress(n, target's name)` the progress of the n-th (1-based). A target that fails is recorded with its
+        error and the rest carry on; cancelling stops the batch. Returns (target, (report, entry) or error) each."""
+        done: list[tuple[str, tuple[RunReport, Entry] | FacestudioError]] = []
+        for n, target in enumerate(targets, start=1):
+            try:
+                raw, sources = prepare(target)
+                done.append(
+                    (
+                        target,
+                        self.run_for(session, raw, target, sources, progress(n, self.name(session, target)), queued),
+                    )
+                )
+            except Cancelled:
+                raise
+            except FacestudioError as exc:
+                done.append((target, exc))
+        return done
 
     # -- single frames and faces --------------------------------------------------------------------------------
     def preview(

@@ -30,8 +30,9 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 Kind = Literal["choice", "multi", "open_choice", "switch", "slider", "number", "text"]
-# What a file setting holds: the upload control a front end gives it (and the files it accepts).
-FileKind = Literal["image", "audio", "video"]
+# What a file setting holds: the upload control a front end gives it (and the files it accepts): a kind of media,
+# or the one extension of a model file the user brings (a deep swapper's DeepFaceLab/DeepFaceLive `.dfm`).
+FileKind = Literal["image", "audio", "video", ".dfm"]
 # A condition's allowed values: a fixed tuple, or a function giving them when asked (e.g. from the catalogue,
 # which can be swapped with $FACESTUDIO_MANIFEST).
 Values = Sequence[Any] | Callable[[], Sequence[Any]]

@@ -44,6 +44,26 @@ TEMPLATES: Mapping[str, npt.NDArray[np.float64]] = MappingProxyType(
                 [0.62086607, 0.77687500],
             ]
         ),  # fmt: skip
+        # FaceFusion face_helper.py L36-42: DeepFaceLab's whole-face crop, as DeepFaceLive's `.dfm` models take it.
+        "dfl_whole_face": np.array(
+            [
+                [0.35342266, 0.39285716],
+                [0.62797622, 0.39285716],
+                [0.48660713, 0.54017860],
+                [0.38839287, 0.68750011],
+                [0.59821427, 0.68750011],
+            ]
+        ),  # fmt: skip
+        # FaceFusion face_helper.py L60-66 (MODELS.md §8): StyleGANEX's crop with the background around the face.
+        "styleganex_384": np.array(
+            [
+                [0.42353745, 0.52289879],
+                [0.57725008, 0.52319972],
+                [0.50123859, 0.61331904],
+                [0.43364461, 0.68337652],
+                [0.57015325, 0.68306005],
+            ]
+        ),  # fmt: skip
         # FaceFusion face_helper.py L52-59 (HifiFace).
         "mtcnn_512": np.array(
             [
@@ -69,6 +89,13 @@ def estimate_affine(landmarks5: npt.ArrayLike, template: str, size: int) -> Affi
     if src.shape != (5, 2):
         raise ValueError(f"landmarks5 must be 5×2, got shape {src.shape}")
     return _umeyama(src, TEMPLATES[template] * float(size))
+
+
+def scaled_landmarks(landmarks5: npt.ArrayLike, scale: float) -> npt.NDArray[np.float64]:
+    """The 5 landmarks (5×2, frame pixels) moved `scale` times as far from the nose tip (landmark 2): a crop on
+    them shows a wider (scale > 1) or closer (scale < 1) view of the face on the same template."""
+    points = np.asarray(landmarks5, dtype=np.float64)
+    return (points - points[2]) * scale + points[2]
 
 
 def warp_face(frame: Frame, affine: Affine, size: int) -> Frame:

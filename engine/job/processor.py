@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Typ
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.core.types import Face, Frame
+from engine.core.types import Face, Frame, Mask
 
 if TYPE_CHECKING:
     from engine.models.runtime import Runtime
@@ -98,6 +98,9 @@ class FrameProcessor(ABC, Generic[OptionsT]):
     needs_people: bool = False
     # What a processor found worth telling the user about its run (a fallback it took); the run report lists them.
     notes: tuple[str, ...] = ()
+    # Set by a processor whose current options make frames transparent (`alpha`): an image target may then be
+    # written as a PNG whatever its own format, to hold the transparency.
+    makes_alpha: bool = False
 
     def __init__(self, options: OptionsT, runtime: Runtime) -> None:
         self.options = options
@@ -132,6 +135,12 @@ class FrameProcessor(ABC, Generic[OptionsT]):
         model's own tensors."""
         out_w, out_h = self.output_size(width, height)
         return (width * height + out_w * out_h) * 3 * 4 * 2
+
+    def alpha(self, index: int) -> Mask | None:
+        """The transparency this processor gave output frame `index` of its latest batch (H×W float32 in [0, 1],
+        1 = opaque; the frame's size when it was made), where the job's output can hold it; None: none (every
+        processor but a background remover). The pipeline writes it as the output's alpha channel."""
+        return None
 
     @abstractmethod
     def process(self, frames: Sequence[Frame], ctxs: Sequence[FrameContext]) -> list[Frame]:

@@ -185,7 +185,16 @@ class FileSpec(_Strict):
         return Path(next(iter(spec.submodule_search_locations)))
 
 
-Template = Literal["arcface_112", "arcface_112_v1", "arcface_112_v2", "arcface_128", "ffhq_512", "mtcnn_512"]
+Template = Literal[
+    "arcface_112",
+    "arcface_112_v1",
+    "arcface_112_v2",
+    "arcface_128",
+    "dfl_whole_face",
+    "ffhq_512",
+    "mtcnn_512",
+    "styleganex_384",
+]
 
 
 class SwapSpec(_Strict):
@@ -284,9 +293,11 @@ class ModelSpec(_Strict):
 
 
 class Manifest(_Strict):
-    """The whole catalogue, keyed by model id."""
+    """The whole catalogue, keyed by model id. `io`: the named I/O specs (`[io.NAME]` tables) as declared, for
+    graphs no entry names a file of (a deep swapper's `.dfm`: the user's own file, checked against `io.dfm`)."""
 
     models: dict[str, ModelSpec]
+    io: dict[str, IOSpec] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
@@ -344,7 +355,7 @@ class Manifest(_Strict):
                 ]
             models[model_id] = {"id": model_id, **entry}
         try:
-            return cls.model_validate({"models": models, **raw})
+            return cls.model_validate({"models": models, "io": shared["io"], **raw})
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "the top level"
@@ -370,10 +381,12 @@ class Manifest(_Strict):
             update = {"sha256": str(record["sha256"]), "size": int(record["size"]), "first_download": True}
             return FileSpec.model_validate({**file.model_dump(), **update})
 
-        return Manifest(
-            models={
-                model_id: spec.model_copy(update={"files": tuple(trusted(f) for f in spec.files)})
-                for model_id, spec in self.models.items()
+        return self.model_copy(
+            update={
+                "models": {
+                    model_id: spec.model_copy(update={"files": tuple(trusted(f) for f in spec.files)})
+                    for model_id, spec in self.models.items()
+                }
             }
         )
 
@@ -424,7 +437,7 @@ class Manifest(_Strict):
                 continue
             kept = tuple(f for f in spec.files if f.filename != file.filename)
             models[model_id] = spec.model_copy(update={"files": (*kept, file)})
-        return Manifest(models=models)
+        return self.model_copy(update={"models": models})
 
     def get(self, model_id: str) -> ModelSpec:
         """The model `model_id`, or InvalidInput naming the known ids."""
@@ -435,6 +448,15 @@ class Manifest(_Strict):
 
     def for_task(self, task: str) -> list[ModelSpec]:
         return [m for m in self.models.values() if m.task == task]
+
+    def named_io(self, name: str) -> IOSpec:
+        """The catalogue's `[io.NAME]` table, or InvalidInput naming the known ones."""
+        try:
+            return self.io[name]
+        except KeyError:
+            raise InvalidInput(
+                f"the model catalogue has no [io.{name}] table; known: {', '.join(sorted(self.io))}"
+            ) from None
 
 
 def record_trusted(models_dir: Path, model_id: str, file: FileSpec, sha256: str, size: int) -> Path:

@@ -32,7 +32,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -41,9 +41,16 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from engine.backends import BackendName, Device, Session, gpu_visible
 from engine.backends.memory import auto_batch, available_memory, importable, on_gpu
 from engine.core import metrics
-from engine.core.errors import BackendUnavailable, ChecksumMismatch, InvalidInput, InvalidJob, ModelUnavailable
+from engine.core.errors import (
+    BackendUnavailable,
+    ChecksumMismatch,
+    InvalidInput,
+    InvalidJob,
+    ModelSignatureMismatch,
+    ModelUnavailable,
+)
 from engine.models import derived, fetch, int8, signature
-from engine.models.manifest import EXPORTS_FILE, FileSpec, Manifest, ModelSpec
+from engine.models.manifest import EXPORTS_FILE, FileSpec, IOSpec, Manifest, ModelSpec
 
 if TYPE_CHECKING:
     import torch
@@ -142,6 +149,8 @@ class Runtime:
     _sessions: dict[tuple[str, str], LoadedModel] = field(default_factory=dict, repr=False)
     _verified: set[Path] = field(default_factory=set, repr=False)
     _warm: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
+    # The sha256 of each user-given graph (path, size, mtime in ns) hashed so far.
+    _digests: dict[tuple[str, int, int], str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.manifest = self.manifest.with_trusted(self.folders.models).with_exports(self.folders.models)
@@ -279,6 +288,53 @@ class Runtime:
             metrics.record_model_load(model_id, name, time.perf_counter() - started)
             log.info("loaded %s from %s on %s", model_id, (quantized or Path(file.filename)).name, session.provider)
             self._sessions[key] = LoadedModel(spec, file, session, quantized)
+        return self._sessions[key]
+
+    def load_user(
+        self, model_id: str, path: Path, candidates: Sequence[IOSpec], backend: str | None = None, **spec: Any
+    ) -> LoadedModel:
+        """Load a graph the user gave (a deep swapper's `.dfm`): no catalogue entry names its file, so there is no
+        sha256 to pin and no download; it is checked like every downloaded graph against the I/O it must have —
+        one of `candidates` (a `.dfm` with or without its morph input), its "size" axes read from the graph itself
+        (square, fixed) — and refused with one line naming the file and each difference otherwise. ONNX Runtime
+        only. `spec`: the ModelSpec fields of the model it stands for (task, template, title …). Its sha256 is
+        recorded for the sidecar. Kept warm like the catalogue's models, keyed by content."""
+        name = self.backend_for(backend)
+        if name != "onnx":
+            raise InvalidJob(f"{Path(path).name} is an ONNX graph the user gave: it runs with --backend onnx (or auto)")
+        path = Path(path)
+        if not path.is_file():
+            raise InvalidInput(f"{model_id}: {path.name} is not a file")
+        stat = path.stat()
+        # Hashed once per content (a preview rebuilds the chain on every change; a .dfm weighs hundreds of MB).
+        seen = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        digest = self._digests.get(seen) or self._digests.setdefault(seen, fetch.sha256_file(path))
+        key = (f"{model_id}:{digest}", name)
+        if key not in self._sessions:
+            inputs, outputs = signature.read_signature(path)
+            size = signature.square_size(candidates[0], inputs)
+            found = [signature.differences(io, size, inputs, outputs) for io in candidates]
+            best = min(range(len(candidates)), key=lambda i: len(found[i]))
+            if size is None or found[best]:
+                problems = found[best] or ["its image input's size is not fixed and square"]
+                raise ModelSignatureMismatch(
+                    f"{path.name} is not a graph {model_id} can run: {'; '.join(problems)}; use a model exported for "
+                    "it (DeepFaceLive's .dfm export)"
+                )
+            order = [t.name for t in inputs]
+            io = candidates[best]
+            io = io.model_copy(update={"inputs": tuple(sorted(io.inputs, key=lambda t: order.index(str(t.name))))})
+            file = FileSpec(format="onnx", filename=path.name, url=path.resolve().as_uri(), sha256=digest)
+            fields = {"task": model_id, "title": path.name, "homepage": "", "arch": "user", **spec}
+            model = ModelSpec(
+                id=model_id, licence="the user's own model: its terms are the user's", commercial_use=False,
+                io=io, input_size=size, files=(file,), **fields,
+            )  # fmt: skip
+            started = time.perf_counter()
+            session = self._open_onnx(model, file, path)
+            metrics.record_model_load(model_id, name, time.perf_counter() - started)
+            log.info("loaded %s from the user's %s on %s", model_id, path.name, session.provider)
+            self._sessions[key] = LoadedModel(model, file, session)
         return self._sessions[key]
 
     def _int8_graph(self, spec: ModelSpec, file: FileSpec, backend: BackendName) -> Path | None:

@@ -79,6 +79,23 @@ def differences(
     return found
 
 
+def square_size(io: IOSpec, inputs: Sequence[GraphTensor]) -> int | None:
+    """The side in pixels a graph fixes for `io`'s "size" axes (a user's graph, whose size no catalogue entry
+    states): the graph's own value on every "size" axis of the declared inputs, when they are all the same fixed
+    number; None otherwise (free, mixed, or no such input)."""
+    by_name = {t.name: t for t in inputs}
+    found: set[int | str | None] = set()
+    for want in io.inputs:
+        got = by_name.get(str(want.name))
+        if want.shape is None or got is None or got.shape is None or len(got.shape) != len(want.shape):
+            continue
+        found |= {g for w, g in zip(want.shape, got.shape, strict=True) if w == "size"}
+    if len(found) != 1:
+        return None
+    (size,) = found
+    return size if isinstance(size, int) and size > 0 else None
+
+
 def _tensor_differences(where: str, want: TensorSpec, got: GraphTensor, size: int | None) -> list[str]:
     out = []
     if got.type != want.type:

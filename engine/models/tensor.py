@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import cv2
 import numpy as np
@@ -75,9 +75,13 @@ def to_tensor(images: npt.NDArray[np.uint8], io: IOSpec) -> npt.NDArray[np.float
     return out
 
 
-def from_tensor(tensor: npt.NDArray[np.floating], io: IOSpec) -> npt.NDArray[np.uint8]:
-    """N×3×H×W model output in `io.output_range` and `io.colour` order → N×H×W×3 uint8 RGB, clamped and rounded
-    (to nearest, ties to even)."""
+def from_tensor(
+    tensor: npt.NDArray[np.floating], io: IOSpec, layout: Literal["NCHW", "NHWC"] = "NCHW"
+) -> npt.NDArray[np.uint8]:
+    """N×3×H×W model output (N×H×W×3 where `layout` says so: a DeepFaceLive graph's) in `io.output_range` and
+    `io.colour` order → N×H×W×3 uint8 RGB, clamped and rounded (to nearest, ties to even)."""
+    if layout == "NHWC" and tensor.ndim == 4:
+        tensor = np.transpose(tensor, (0, 3, 1, 2))
     if tensor.ndim != 4 or tensor.shape[1] != 3:
         raise TypeError(f"expected an N×3×H×W tensor, got shape {tensor.shape}")
     spec = output_transform(io)
@@ -93,6 +97,24 @@ def from_tensor(tensor: npt.NDArray[np.floating], io: IOSpec) -> npt.NDArray[np.
         ]
         out[i] = cv2.merge(planes)
     return out
+
+
+def from_planes(
+    tensor: npt.NDArray[np.floating], io: IOSpec, layout: Literal["NCHW", "NHWC"] = "NCHW"
+) -> npt.NDArray[np.float32]:
+    """A model's non-image output — a matte, chroma planes, a face mask — channels last: N×C×H×W (N×H×W×C where
+    `layout` says so; N×H×W: one plane) → N×H×W×C float32, each value as the model gives it, clamped to
+    `io.output_range` (a matte's [0, 1]; DDColor's a*b* in CIE L*a*b* units). Nothing is rescaled: what the planes
+    mean is the caller's (it is not a picture)."""
+    t = np.asarray(tensor, dtype=np.float32)
+    if t.ndim == 3:
+        t = t[:, None] if layout == "NCHW" else t[..., None]
+    if t.ndim != 4:
+        raise TypeError(f"expected an N×C×H×W (or N×H×W) tensor, got shape {t.shape}")
+    if layout == "NCHW":
+        t = np.transpose(t, (0, 2, 3, 1))
+    low, high = io.output_range
+    return np.clip(t, low, high).astype(np.float32)
 
 
 def run_images(

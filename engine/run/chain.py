@@ -8,6 +8,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import cv2
+import numpy as np
+import numpy.typing as npt
+
 from engine.core import metrics
 from engine.core.errors import OutOfMemory
 from engine.core.types import Face, Frame
@@ -92,6 +96,27 @@ def _process_halving(
         limit.size = len(frames) // 2
         log.warning("%s ran out of memory on %d frames; %d per call from now on", processor.id, len(frames), limit.size)
         return _process_halving(processor, frames, ctxs, limit)
+
+
+def chain_alpha(
+    chain: Sequence[FrameProcessor], index: int, alpha: npt.NDArray[np.uint8] | None = None
+) -> npt.NDArray[np.uint8] | None:
+    """The alpha channel of output frame `index` after its latest batch: the input's own (`alpha`, H×W uint8, 255 =
+    opaque; None: none) times the transparency each processor gave it (`FrameProcessor.alpha`), at the size of the
+    first of them; None when none has any."""
+    weights = [a for a in (p.alpha(index) for p in chain) if a is not None]
+    if alpha is None and not weights:
+        return None
+    out: npt.NDArray[np.float32] | None = None if alpha is None else alpha.astype(np.float32) / 255.0
+    for weight in weights:
+        if out is None:
+            out = weight.astype(np.float32)
+            continue
+        if weight.shape != out.shape:
+            weight = cv2.resize(weight, (out.shape[1], out.shape[0]), interpolation=cv2.INTER_LINEAR)
+        out = out * weight
+    assert out is not None
+    return np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)
 
 
 def frame_memory(chain: Sequence[FrameProcessor], width: int, height: int) -> int:

@@ -24,7 +24,7 @@ from engine.job.settings import Job
 from engine.media.commands import GIF_SUFFIX
 from engine.models.runtime import Runtime
 from engine.provenance import keys, seal, watermark
-from engine.run.chain import BatchLimit, batch_size, process_batch, process_checked
+from engine.run.chain import BatchLimit, batch_size, chain_alpha, process_batch, process_checked
 from engine.run.outputs import OutputClaim
 from engine.run.render import Faces, SegmentRenderer, VideoRender, annotated, face_stage, render_missing
 from engine.run.report import RunReport
@@ -108,6 +108,8 @@ def _render_image(
     (result,) = process_checked(chain, faces.qa.check if faces and faces.qa else None, [frame], [ctx])
     if (result.shape[1], result.shape[0]) != size:
         raise RuntimeError(f"the chain returned {result.shape[1]}×{result.shape[0]}, expected {size[0]}×{size[1]}")
+    # The input's transparency, and what a processor made transparent (a removed background).
+    alpha = chain_alpha(chain, ctx.index, alpha)
     try:
         media.write_image(staged, watermark.marker(job.video.watermark)(result), alpha=alpha,
                           metadata=synthetic_metadata(job))  # fmt: skip

@@ -63,7 +63,7 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
     _check_chain_kind(chain, info)
     size = output_size(chain, info.width, info.height)
     _check_pixels(job, size, "the output would be", "lower the upscale factor")
-    _check_output(job, info, overwrite)
+    _check_output(job, chain, info, overwrite)
     gif = job.output.suffix.lower() == cmd.GIF_SUFFIX
     notes: tuple[str, ...] = ()
     if info.kind == "video" and not gif:
@@ -132,10 +132,10 @@ def _check_pixels(job: Job, size: tuple[int, int], what: str, remedy: str) -> No
         )
 
 
-def _check_output(job: Job, info: media.MediaInfo, overwrite: bool) -> None:
+def _check_output(job: Job, chain: Sequence[FrameProcessor], info: media.MediaInfo, overwrite: bool) -> None:
     """Refuse outputs that would overwrite an input or (unless `overwrite`) an existing file, cannot be written
     or named, or cannot hold the target's kind of media (video: an H.264/HEVC container or an animated GIF;
-    image: the target's own format)."""
+    image: the target's own format, or PNG where the chain makes transparency: a removed background)."""
     out = job.output
     inputs = (job.target, *job.sources, *([job.faces.reference_image] if job.faces.reference_image else []))
     for given in inputs:
@@ -152,7 +152,8 @@ def _check_output(job: Job, info: media.MediaInfo, overwrite: bool) -> None:
         )
     if info.kind == "image":
         wanted = image_output_format(info.format_name)
-        if media.IMAGE_FORMATS.get(suffix) != wanted:
+        transparent = media.IMAGE_FORMATS.get(suffix) == "PNG" and any(p.makes_alpha for p in chain)
+        if media.IMAGE_FORMATS.get(suffix) != wanted and not transparent:
             endings = ", ".join(s for s, f in media.IMAGE_FORMATS.items() if f == wanted)
             raise InvalidInput(
                 f"the target is a {info.format_name} image, so the output must be {wanted} ({endings}); got {out.name}"

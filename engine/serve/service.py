@@ -30,6 +30,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import cv2
+import numpy as np
+import numpy.typing as npt
+
 from engine import media as video
 from engine.core.errors import InvalidInput, InvalidJob, ModelUnavailable
 from engine.core.options import shown
@@ -42,6 +46,7 @@ from engine.job.settings import SETTINGS_GROUPS, FacesSettings, Job, Preset, Run
 from engine.models.manifest import Manifest
 from engine.models.runtime import ProgressFactory, Runtime
 from engine.run import pipeline
+from engine.run.chain import chain_alpha
 from engine.run.face_stage import build_analyser, scan_target
 from engine.run.render import face_stage
 from engine.serve.catalogue import Catalogue
@@ -187,8 +192,23 @@ class FrameRenderer:
             ctx = replace(ctx, time=self.times[index] if index < len(self.times) else None, original=frame)
             faces_done = time.perf_counter()
             after = pipeline.process_frame(self.chain, frame, ctx)
+            alpha = chain_alpha(self.chain, index)
+            if alpha is not None:  # shown as a picture shows transparency
+                after = on_checkerboard(after, alpha)
             done = time.perf_counter()
         return Rendered(frame, after, detected, ctx.faces, (faces_done - started) * 1000, (done - faces_done) * 1000)
+
+
+def on_checkerboard(frame: Frame, alpha: npt.NDArray[np.uint8], square: int = 16) -> Frame:
+    """`frame` (H×W×3 uint8 RGB) over a grey checkerboard of `square` px by `alpha` (H'×W' uint8, 255 = opaque;
+    resized to the frame): how the preview shows an output's transparency."""
+    height, width = frame.shape[:2]
+    if alpha.shape != (height, width):
+        alpha = cv2.resize(alpha, (width, height), interpolation=cv2.INTER_LINEAR)
+    rows, cols = np.indices((height, width)) // square
+    board = np.where(((rows + cols) % 2 == 0)[..., None], 204, 153).astype(np.float32)
+    a = alpha[..., None].astype(np.float32) / 255.0
+    return np.clip(np.rint(frame * a + board * (1.0 - a)), 0, 255).astype(np.uint8)
 
 
 def _camera_info(fps: float) -> tuple[video.MediaInfo, video.Span]:
