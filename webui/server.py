@@ -24,6 +24,7 @@ so `--share` and Gradio's login keep working as they are.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,7 +51,9 @@ from webui.jobs import (
     copy_upload,
     parse_preset_text,
 )
-from webui.names import plain_name
+from webui.names import plain_name, scrub
+
+log = logging.getLogger(__name__)
 
 _basic = HTTPBasic(auto_error=False)
 
@@ -92,8 +95,13 @@ def routes(
 
     @probes.get("/readyz")
     def readyz() -> JSONResponse:
+        # Open to anyone (probes do not log in): the reasons name files by their names only; the operator's log has
+        # the whole lines, paths included.
         reasons = readiness.reasons()
-        return JSONResponse({"ready": not reasons, "reasons": reasons}, status_code=503 if reasons else 200)
+        for reason in reasons:
+            log.warning("not ready: %s", reason)
+        shown = [scrub(reason, {}) for reason in reasons]
+        return JSONResponse({"ready": not reasons, "reasons": shown}, status_code=503 if reasons else 200)
 
     @probes.get("/metrics")
     def metrics() -> Response:

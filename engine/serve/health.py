@@ -36,7 +36,8 @@ class Readiness:
     _providers: dict[RuntimeSettings, str | None] = field(default_factory=dict, repr=False)
 
     def reasons(self) -> list[str]:
-        """What stops this process from serving its preset now, one line each; empty when ready."""
+        """What stops this process from serving its preset now, one line each, naming files but no folder (anyone
+        may ask); empty when ready."""
         found = []
         try:
             preset = Preset.parse(load_preset_raw(self.preset), self.registry)
@@ -57,7 +58,7 @@ class Readiness:
         free = shutil.disk_usage(self.temp_dir).free
         if free < self.min_free_bytes:
             need = self.min_free_bytes / 1e9
-            found.append(f"disk: {free / 1e9:.2f} GB free in {self.temp_dir}, below the {need:.2f} GB needed")
+            found.append(f"disk: {free / 1e9:.2f} GB free in the temp folder, below the {need:.2f} GB needed")
         return found
 
     def _model_reasons(self, preset: Preset, runtime: Runtime) -> list[str]:
@@ -73,9 +74,9 @@ class Readiness:
                     if any(f.format in NATIVE[name] for f in spec.files)
                     else list(spec.files)
                 )
-                missing = [runtime.local_path(f) for f in files if not runtime.is_present(f)]
+                missing = [runtime.local_path(f).name for f in files if not runtime.is_present(f)]
                 if missing:
-                    found.append(f"model {model_id}: {', '.join(map(str, missing))} missing")
+                    found.append(f"model {model_id}: {', '.join(missing)} missing")
             except FacestudioError as exc:
                 found.append(f"model {model_id}: {exc}")
         return found
