@@ -23,14 +23,18 @@ from webui.studio import write_jpeg
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a chromium binary (apt-get install chromium)")
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("people-browser")
+def two_people(folder: Path) -> dict[str, Path]:
+    """pair.png: the astronaut (left, person 0) beside Hopper (right, person 1), 948×512; astronaut.png alone."""
     hopper = video.read_image(demo.source_photo())[0]
     hopper = cv2.resize(hopper, (hopper.shape[1] * 512 // hopper.shape[0], 512), interpolation=cv2.INTER_AREA)
     video.write_image(folder / "pair.png", np.ascontiguousarray(np.concatenate([demo.photo(), hopper[:, :512]], 1)))
     video.write_image(folder / "astronaut.png", demo.photo())
     return {"target": folder / "pair.png", "astronaut": folder / "astronaut.png"}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return two_people(tmp_path_factory.mktemp("people-browser"))
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +44,15 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    served = launch(UISettings(port=port), Studio(work_dir=tmp_path_factory.mktemp("people-work")), block=False)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        served.close()
+    with pytest.MonkeyPatch.context() as env:
+        # Gradio's upload folder of its own: another process's server (the same demo photos, the same
+        # content-hash paths) can then never delete an upload of this one.
+        env.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))
+        served = launch(UISettings(port=port), Studio(work_dir=tmp_path_factory.mktemp("people-work")), block=False)
+        try:
+            yield f"http://127.0.0.1:{port}/"
+        finally:
+            served.close()
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +81,11 @@ def test_two_people_shown_a_source_for_one_and_the_preview_changes_that_face_alo
     expect(page.locator("#preview-status")).to_contain_text("frame 0:", timeout=120_000)
     page.get_by_text("People: a source for each person").click()
     page.locator("#people-find").click()
-    expect(page.locator("#people-status")).to_contain_text("people 0 and 1 in pair.png", timeout=120_000)
+    expect(page.locator("#people-status")).to_contain_text("P0 and P1 in pair.png", timeout=120_000)
     for number in (0, 1):
         expect(page.locator(f"#person-{number}-picture img")).to_be_visible(timeout=30_000)
     page.locator("#person-1-sources input[type=file]").set_input_files(str(pair["astronaut"]))
-    expect(page.locator("#people-status")).to_contain_text("person 1 ← astronaut.png", timeout=30_000)
+    expect(page.locator("#people-status")).to_contain_text("P1 ← astronaut.png", timeout=30_000)
     expect(page.locator("#selector input[value=map]")).to_be_checked(timeout=30_000)
     expect(page.locator("#preview-status")).to_contain_text("2 faces found, 1 changed", timeout=120_000)
     images = page.locator("#compare img")
