@@ -13,11 +13,10 @@ import cv2
 import numpy as np
 import pytest
 from PIL import Image
-from test_webui_browser import ARTIFACTS, CHROMIUM, FLAGS, open_page
+from test_webui_browser import ARTIFACTS, CHROMIUM, chromium, open_page, serving
 
 from engine import media as video
 from engine.media import demo
-from webui.app import Studio, UISettings, launch
 from webui.studio import write_jpeg
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a chromium binary (apt-get install chromium)")
@@ -39,30 +38,14 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with pytest.MonkeyPatch.context() as env:
-        # Gradio's upload folder of its own: another process's server (the same demo photos, the same
-        # content-hash paths) can then never delete an upload of this one.
-        env.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))
-        served = launch(UISettings(port=port), Studio(work_dir=tmp_path_factory.mktemp("people-work")), block=False)
-        try:
-            yield f"http://127.0.0.1:{port}/"
-        finally:
-            served.close()
+    with serving(tmp_path_factory) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 def _picture(page: Any, src: str) -> np.ndarray:

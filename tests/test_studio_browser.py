@@ -25,14 +25,14 @@ import pytest
 from PIL import Image
 from pydantic import Field
 from test_people_browser import two_people
-from test_webui_browser import ARTIFACTS, CHROMIUM, FLAGS, ROOT
+from test_webui_browser import ARTIFACTS, CHROMIUM, ROOT, chromium, serving
 
 from engine.core.types import Frame
 from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.media import demo
 from engine.models.manifest import MANIFEST_PATH
 from processors import REGISTRY, build_registry
-from webui.app import Studio, UISettings, launch
+from webui.app import Studio
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a chromium binary (apt-get install chromium)")
 
@@ -161,30 +161,17 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory, downloads: tuple[Downloads, Path]) -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with pytest.MonkeyPatch.context() as env:
-        # Gradio's upload folder of its own: another process's server on this machine (the same demo photos, the
-        # same content-hash paths) can then never delete an upload of this one.
-        env.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))
         env.setenv("FACESTUDIO_MANIFEST", str(downloads[1]))
-        studio = Studio(build_registry([*REGISTRY.values(), Gate]), work_dir=tmp_path_factory.mktemp("studio-work"))
-        served = launch(UISettings(port=port), studio, block=False)
-        try:
-            yield f"http://127.0.0.1:{port}/"
-        finally:
-            served.close()
+        registry = build_registry([*REGISTRY.values(), Gate])
+        with serving(tmp_path_factory, lambda work: Studio(registry, work_dir=work)) as url:
+            yield url
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[*FLAGS, "--no-first-run"])
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------
@@ -487,7 +474,8 @@ def test_a_saved_preset_is_there_after_a_reload_and_in_no_other_browser(
     page = open_page(browser, app)
     page.locator("#preset-name input, #preset-name textarea").first.fill("mine")
     page.locator("#preset-save").click()
-    expect(page.locator("#preset-status")).to_contain_text("saved preset mine (yours, kept for this browser", timeout=30_000)
+    said = page.locator("#preset-status")
+    expect(said).to_contain_text("saved preset mine (yours, kept for this browser", timeout=30_000)
     page.reload()
     expect(page.locator("#run")).to_be_visible(timeout=60_000)
     page.wait_for_timeout(1000)  # the picker is filled as the page loads
@@ -559,8 +547,9 @@ def test_the_models_tab_groups_searches_shows_the_licence_and_asks_before_a_non_
     # The whole licence, wrapped to the page.
     page.locator("#models-search input, #models-search textarea").first.fill("gfpgan v1.3")
     expect(page.locator(".fs-model")).to_have_count(1, timeout=30_000)
-    page.locator(".fs-licence .label-wrap").first.click()
-    licence = page.locator(".fs-licence pre").first
+    row = page.locator("#model-row-gfpgan_1_3")
+    row.locator(".fs-licence .label-wrap").first.click()
+    licence = row.locator(".fs-licence pre").first
     expect(licence).to_be_visible(timeout=30_000)
     assert licence.evaluate("e => e.scrollWidth <= e.clientWidth + 1")
     # Non-commercial: not fetched until accepted; then its progress shows in its row.
@@ -713,6 +702,26 @@ def test_a_source_face_name_sits_above_the_face_not_on_its_chin(app: str, browse
     picture = box(page, "#source-faces img")
     chip = box(page, "#source-faces .caption-label")
     assert chip["y"] + chip["height"] <= picture["y"] + picture["height"] * 0.2, (chip, picture)
+    page.context.close()
+
+
+# -- face by face ------------------------------------------------------------------------------------------------
+def test_face_by_face_shows_each_changed_face_before_and_after_large(
+    app: str, browser: Any, media: dict[str, Path]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page(browser, app)
+    load(page, media["target"], media["source"], shows="2 faces found, 1 changed")
+    page.locator("#view-mode label").filter(has_text="face by face").click()
+    pairs = page.locator("#face-pairs img")
+    expect(pairs).to_be_visible(timeout=LONG)
+    expect(page.locator("#compare")).to_be_hidden()
+    size = pairs.evaluate("i => [i.naturalWidth, i.naturalHeight, i.getBoundingClientRect().height]")
+    assert size[:2] == [2 * 288 + 8, 288], size  # one changed face: its crop before and after
+    assert size[2] >= 250, size  # shown large enough to judge the mouth and eyes
+    page.locator("#view-mode label").filter(has_text="frame").first.click()
+    expect(page.locator("#compare img").first).to_be_visible(timeout=30_000)
     page.context.close()
 
 

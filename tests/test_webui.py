@@ -653,7 +653,7 @@ def test_trim_bounds_keep_exactly_the_frames_between_the_two_marks(media: dict[s
         assert frames_of(info, start, end) == (first, last), (first, last)
         assert video.select(info, start, end).frames == last - first + 1
     assert trim_bounds(info, 0, 7) == (0.0, None)  # the whole video: no trim at all
-    assert trim_bounds(info, 2, 5) == (pytest.approx(1.5 / 24), pytest.approx(5.5 / 24))
+    assert trim_bounds(info, 2, 5) == (pytest.approx(1.5 / 24, abs=1e-6), pytest.approx(5.5 / 24, abs=1e-6))
     assert "output: frames 2–5 (4 frames)" in trim_bar(info, *trim_bounds(info, 2, 5))
     assert "output: the whole video" in trim_bar(info, 0.0, None)
 

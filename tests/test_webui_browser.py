@@ -5,10 +5,11 @@ test-artifacts/; the README's picture (docs/studio.png) is made by tests/test_st
 
 from __future__ import annotations
 
+import contextlib
 import io
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,13 @@ VIEWPORT = {"width": 1440, "height": 900}
 # The served app's frame size cap (`ui --max-pixels`): above every target here but `big`.
 MAX_PIXELS = 2_000_000
 # What the probe of this machine kind found necessary: without these, Chromium tries the network at start.
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 
 # .ci/run installs Debian's chromium, so this runs in CI; a developer machine without it skips, saying why.
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a chromium binary (apt-get install chromium)")
@@ -54,17 +61,21 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextlib.contextmanager
+def serving(
+    tmp_path_factory: pytest.TempPathFactory, studio: Callable[[Path], Studio] | None = None, **settings: Any
+) -> Iterator[str]:
+    """The studio (`studio(work_dir)`, default the built-in processors') served on a free port with these
+    `UISettings` while the block runs, its URL. Gradio's upload folder is its own meanwhile: another process's
+    server on this machine (the same demo photos, the same content-hash paths) can then never delete an upload of
+    this one."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.MonkeyPatch.context() as env:
-        # Gradio's upload folder of its own: another process's server (the same demo photos, the same
-        # content-hash paths) can then never delete an upload of this one.
         env.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))
-        settings = UISettings(port=port, max_pixels=MAX_PIXELS)
-        served = launch(settings, Studio(work_dir=tmp_path_factory.mktemp("browser-work")), block=False)
+        work = tmp_path_factory.mktemp("work")
+        served = launch(UISettings(port=port, **settings), studio(work) if studio else Studio(work_dir=work), block=False)
         try:
             yield f"http://127.0.0.1:{port}/"
         finally:
@@ -72,13 +83,26 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving(tmp_path_factory, max_pixels=MAX_PIXELS) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium, headless, driven by playwright, for the block."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        yield chromium
-        chromium.close()
+        launched = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as launched:
+        yield launched
 
 
 def open_page(browser: Any, url: str, viewport: dict[str, int] = VIEWPORT) -> Any:

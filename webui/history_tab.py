@@ -30,7 +30,12 @@ class HistoryTab:
             self.clear = gr.Button("Delete all", size="sm", scale=0, min_width=100, elem_id="history-clear")
 
         # Rendered when the tab is opened (not with the page: a first load stays light) and after each change.
-        @gr.render(inputs=[self.version], triggers=[tab.select, self.version.change])
+        @gr.render(
+            inputs=[self.version],
+            triggers=[tab.select, self.version.change],
+            concurrency_limit=1,
+            concurrency_id="history-rows",
+        )
         def show(version: int, request: gr.Request) -> None:
             self._rows(request)
 
@@ -93,7 +98,7 @@ class HistoryTab:
             target, sources = session.history.inputs(entry)
             said = f"loaded the settings and inputs of {Path(entry.output).name} (from History)"
             if target is None:
-                said = f"loaded the settings of {Path(entry.output).name}; its inputs are no longer kept"
+                said = f"loaded the settings of {Path(entry.output).name}; its inputs were not kept: add them again"
             return [
                 *self.page.values_for(entry.settings),
                 self.studio.share(session, target) if target else gr.update(),

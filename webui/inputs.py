@@ -120,7 +120,7 @@ class Inputs:
         )  # fmt: skip
         reference_view = next(v for v in describe(FacesSettings) if v.name == "reference_image")
         self.reference = settings.add(
-            "faces", "reference_image", gr.Textbox(elem_id="reference-path", elem_classes="fs-hidden"), reference_view
+            "faces", "reference_image", gr.Textbox(visible=False, elem_id="reference-path"), reference_view
         )
 
     def wire(self) -> None:

@@ -99,7 +99,12 @@ class ModelsTab:
                     "nothing is downloaded unless you press Download.", min_height=0)  # fmt: skip
         self.status = gr.Markdown(elem_id="models-status", min_height=0)
 
-        @gr.render(inputs=[self.version, self.search], triggers=[tab.select, self.version.change, self.search.change])
+        @gr.render(
+            inputs=[self.version, self.search],
+            triggers=[tab.select, self.version.change, self.search.change],
+            concurrency_limit=1,
+            concurrency_id="model-rows",
+        )
         def show(version: int, query: str) -> None:
             self._rows(query or "")
 

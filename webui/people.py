@@ -64,7 +64,9 @@ class PeoplePanel:
             self.find = gr.Button("Find the people", size="sm", elem_id="people-find")
             self.version = gr.State(0)
 
-            @gr.render(inputs=[self.version], triggers=[self.version.change])
+            @gr.render(
+                inputs=[self.version], triggers=[self.version.change], concurrency_limit=1, concurrency_id="people-rows"
+            )
             def rows(version: int, request: gr.Request) -> None:
                 self._rows(request)
 
