@@ -27,6 +27,7 @@ from pydantic import Field
 from test_people_browser import two_people
 from test_webui_browser import ARTIFACTS, CHROMIUM, ROOT, chromium, serving
 
+from engine.core.errors import InvalidJob
 from engine.core.types import Frame
 from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.media import demo
@@ -46,17 +47,20 @@ GATE = threading.Event()
 
 class GateOptions(ProcessorOptions):
     hold_from: int = Field(default=-1, ge=-1, description="frame from which the processor waits for the test")
+    refuse: bool = Field(default=False, description="refuse every frame (a chain that cannot render)")
 
 
 class Gate(FrameProcessor[GateOptions]):
     """A test processor: returns its frames unchanged, after waiting for GATE once a frame at or past
-    `hold_from` comes (never, at -1)."""
+    `hold_from` comes (never, at -1); with `refuse`, refuses them as a processor refuses what it cannot do."""
 
     id: ClassVar[str] = "gate"
     title: ClassVar[str] = "Test gate"
     Options: ClassVar[type[ProcessorOptions]] = GateOptions
 
     def process(self, frames: list[Frame], ctxs: list[FrameContext]) -> list[Frame]:
+        if self.options.refuse:
+            raise InvalidJob("the test gate refuses this frame")
         if self.options.hold_from >= 0 and any(c.index >= self.options.hold_from for c in ctxs):
             assert GATE.wait(120), "the test never let the gate go"
         return list(frames)
@@ -164,7 +168,7 @@ def app(tmp_path_factory: pytest.TempPathFactory, downloads: tuple[Downloads, Pa
     with pytest.MonkeyPatch.context() as env:
         env.setenv("FACESTUDIO_MANIFEST", str(downloads[1]))
         registry = build_registry([*REGISTRY.values(), Gate])
-        with serving(tmp_path_factory, lambda work: Studio(registry, work_dir=work)) as url:
+        with serving(tmp_path_factory, lambda work_dir: Studio(registry, work_dir=work_dir)) as url:
             yield url
 
 
@@ -332,18 +336,16 @@ def test_a_preview_that_cannot_render_marks_the_last_picture_out_of_date(
     load(page, media["astronaut"], media["source"])
     compare = page.locator("#compare")
     assert "fs-stale" not in (compare.get_attribute("class") or "")
-    open_cell(page, "cell-runtime")
-    page.locator("#cell-runtime").get_by_text("advanced").click()
-    field = page.get_by_label("max pixels (pixels)")
-    field.fill("1000")
-    field.press("Enter")
-    expect(page.locator("#preview-status")).to_contain_text("above runtime.max_pixels=1000", timeout=LONG)
+    open_cell(page, "cell-gate")
+    page.locator("#use-gate input[type=checkbox]").check()
+    refuse = page.locator("#cell-gate").get_by_label("refuse")
+    refuse.check()
+    expect(page.locator("#preview-status")).to_contain_text("the test gate refuses this frame", timeout=LONG)
     expect(compare).to_have_class(STALE)
     label = page.evaluate("() => getComputedStyle(document.querySelector('#compare'), '::after').content")
     assert "out of date" in label
     # Fixed: a fresh picture, no longer marked.
-    field.fill("100000000")
-    field.press("Enter")
+    refuse.uncheck()
     expect(page.locator("#preview-status")).to_contain_text("frame 0: chain", timeout=LONG)
     expect(compare).not_to_have_class(STALE)
     page.context.close()

@@ -708,10 +708,10 @@ def test_the_models_are_grouped_by_task_and_searched_by_every_word(tmp_path: Pat
 
 def test_a_history_entry_keeps_its_inputs_under_their_names(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
-    session = _session(studio)
     upload = tmp_path / "upload-7f3a" / "photo.png"
     upload.parent.mkdir()
     upload.write_bytes(media["photo"].read_bytes())
+    session = _session(studio, uploads=[upload, media["source"]])
     _, entry = studio.run_for(session, {"processors": ["face_swapper"]}, str(upload), [str(media["source"])], None)
     session.history.keep_inputs(entry, upload, [media["source"]], {str(upload): "my photo.png"})
     target, sources = session.history.inputs(entry)

@@ -63,9 +63,9 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @contextlib.contextmanager
 def serving(
-    tmp_path_factory: pytest.TempPathFactory, studio: Callable[[Path], Studio] | None = None, **settings: Any
+    tmp_path_factory: pytest.TempPathFactory, studio: Callable[..., Studio] | None = None, **settings: Any
 ) -> Iterator[str]:
-    """The studio (`studio(work_dir)`, default the built-in processors') served on a free port with these
+    """The studio (`studio(work_dir=…)`, default the built-in processors') served on a free port with these
     `UISettings` while the block runs, its URL. Gradio's upload folder is its own meanwhile: another process's
     server on this machine (the same demo photos, the same content-hash paths) can then never delete an upload of
     this one."""
@@ -75,7 +75,7 @@ def serving(
     with pytest.MonkeyPatch.context() as env:
         env.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))
         work = tmp_path_factory.mktemp("work")
-        served = launch(UISettings(port=port, **settings), studio(work) if studio else Studio(work_dir=work), block=False)
+        served = launch(UISettings(port=port, **settings), (studio or Studio)(work_dir=work), block=False)
         try:
             yield f"http://127.0.0.1:{port}/"
         finally:
