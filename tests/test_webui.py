@@ -522,12 +522,16 @@ def test_run_state_says_stage_frames_fps_and_eta() -> None:
     assert state.text().startswith("preparing")
     from webui.schedule import Place
 
+    # Next in line (nothing ahead): no queue line ("waiting: 0th in line — about 0 s" said nothing true).
+    state.queued(Place(ahead=0, running=False, wait=0.0))
+    assert state.text().startswith("preparing") and "<progress" not in state.html()
     state.queued(Place(ahead=2, running=False, wait=22.0))
     assert state.text() == "waiting: 2nd in line — about 22 s"
     state.stage("frames", 100)
     state.started -= 10.0
     state.advance(20)
     assert state.text() == "rendering: 20 of 100 frames, 2.00 fps, about 40 s left"
+    assert state.html().startswith("<progress value='200' max='1000'></progress>")
     state.advance(80)
     assert state.text().startswith("finishing: 100 of 100 frames done")
     cancel.set()

@@ -81,11 +81,7 @@ class RunState:
     def html(self) -> str:
         """The status panel: a progress bar (once the frames are counted) over the `text` line."""
         fraction = self.fraction()
-        bar = (
-            ""
-            if fraction is None
-            else f"<progress class='fs-progress' value='{fraction * 1000:.0f}' max='1000'></progress>"
-        )
+        bar = "" if fraction is None else f"<progress value='{fraction * 1000:.0f}' max='1000'></progress>"
         return f"{bar}<span class='fs-progress-text'>{self.text()}</span>"
 
     def text(self) -> str:
