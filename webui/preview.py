@@ -106,10 +106,10 @@ class PreviewPanel:
                 label="face debugger", value=False, elem_id="preview-debug", container=False, scale=2, min_width=150,
             )  # fmt: skip
         self.compare = gr.ImageSlider(
-            label="before / after (chosen frame)", type="filepath", height=380, elem_id="compare", interactive=False
+            label="before / after (chosen frame)", type="filepath", height=350, elem_id="compare", interactive=False
         )
         self.pairs = gr.Image(
-            label="face by face: before | after", type="filepath", height=380, elem_id="face-pairs",
+            label="face by face: before | after", type="filepath", height=350, elem_id="face-pairs",
             interactive=False, visible=False,
         )  # fmt: skip
         self.preview_status = gr.Markdown(elem_id="preview-status", min_height=0)

@@ -127,11 +127,11 @@ class RunPanel:
         self.status = gr.Markdown(elem_id="status", elem_classes="fs-status", min_height=0)
         with gr.Row(equal_height=False, elem_classes="fs-result-row"):
             self.result_image = gr.Image(
-                label="result", type="filepath", interactive=False, visible=False, elem_id="result-image", height=210,
+                label="result", type="filepath", interactive=False, visible=False, elem_id="result-image", height=200,
                 scale=3,
             )  # fmt: skip
             self.result_video = gr.Video(
-                label="result", interactive=False, visible=False, elem_id="result-video", height=210, scale=3
+                label="result", interactive=False, visible=False, elem_id="result-video", height=200, scale=3
             )
             with gr.Column(scale=2, min_width=170, elem_id="downloads"):
                 self.download_output = gr.DownloadButton(
