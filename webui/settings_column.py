@@ -26,7 +26,7 @@ def megabytes(size: int | None) -> str:
 
 def missing_line(status: ModelStatus) -> str:
     """One line for a model a job needs that is not here, with a link that opens it in the Models tab:
-    "CodeFormer is not downloaded (359 MB, non-commercial) — open Models"."""
+    "CodeFormer … is not downloaded (377 MB, non-commercial) — open Models"."""
     use = "commercial use OK" if status.commercial_use else "non-commercial"
     return (
         f"<span class='fs-warn'>{status.title} is not downloaded ({megabytes(status.size)}, {use})</span> — "
