@@ -151,7 +151,7 @@ def line_width(frame: Frame) -> int:
 
 
 def label(face: Face, distance: float | None) -> str:
-    person = "#?" if face.person is None else f"#{face.person}"
+    person = "P?" if face.person is None else f"P{face.person}"  # as the studio labels people (face_label)
     return " · ".join([person, f"{face.score:.2f}", *([] if distance is None else [f"d {distance:.2f}"])])
 
 

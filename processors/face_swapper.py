@@ -57,7 +57,8 @@ class FaceSwapperOptions(ProcessorOptions):
     blend: Annotated[int, Shown(unit="%")] = Field(
         default=100, ge=0, le=100, description="% of the swapped face over the original"
     )
-    mask: MaskKinds = Field(
+    # landmark_warp's warp is the face outline (its triangles): the face mask is part of it, not a choice.
+    mask: Annotated[MaskKinds, Shown(implied={"face": {"model": (LANDMARK_WARP,)}})] = Field(
         default=("box", "face"),
         description="paste-back masks, multiplied: feathered box, face outline (68 landmarks), occlusion (what "
         "covers the face stays: XSeg, download), region (only the chosen parts of the face)",
@@ -208,11 +209,6 @@ class FaceSwapper(FrameProcessor[FaceSwapperOptions]):
         self.second: tuple[LoadedModel, LoadedModel | None, LoadedModel | None] | None = None
         # Colour statistics per tracked face, reused while its lighting holds (colour.TrackColours).
         self._colours = None if options.colour == "none" else colour.TrackColours(options.colour)
-        if options.model == LANDMARK_WARP and "face" not in options.mask:
-            raise InvalidJob(
-                "landmark_warp always follows the face outline: keep face in face_swapper.mask (box is for the "
-                "model swappers)"
-            )
         self.masker = Masker(
             runtime, self.id, options.mask, padding=options.mask_padding, blur=options.mask_blur,
             keep_mouth=options.keep_mouth, regions=options.mask_regions, occluder=options.occluder,

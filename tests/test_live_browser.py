@@ -110,7 +110,7 @@ def test_nothing_streams_before_the_notice_is_acknowledged(app: str, browser: An
     assert page.evaluate("() => !window.facestudioLive || !window.facestudioLive.pc")
     assert page.locator("#live-view .fs-live-stats").inner_text() == "not streaming"
     # Ticked, but without a source face for the swapper: says what is missing, still nothing streams.
-    page.locator("#live-consent input[type=checkbox]").check()
+    page.locator("#consent input[type=checkbox]").check()
     page.locator("#live-start").click()
     expect(page.locator("#live-status")).to_contain_text("add a source face photo", timeout=30_000)
     assert page.evaluate("() => !window.facestudioLive || !window.facestudioLive.pc")
@@ -140,7 +140,7 @@ def test_a_camera_stream_comes_back_swapped_for_20_s_with_no_growth_in_latency_a
     page = live_tab(browser, app)
     page.locator("#sources input[type=file]").set_input_files(str(demo.source_photo()))
     expect(page.locator("#source-status")).to_contain_text("the face that will be put in", timeout=60_000)
-    page.locator("#live-consent input[type=checkbox]").check()
+    page.locator("#consent input[type=checkbox]").check()
     page.locator("#live-mic input[type=checkbox]").check()
     page.locator("#live-start").click()
     page.wait_for_function("() => window.facestudioLive && window.facestudioLive.remote", timeout=120_000)

@@ -27,7 +27,7 @@ from engine.media import demo
 from engine.models.manifest import Manifest
 from engine.models.runtime import LoadedModel, Runtime
 from engine.run.face_stage import load_sources
-from processors.face_swapper import LANDMARK_MASK_SIZE, LANDMARK_MASK_TEMPLATE, FaceSwapper
+from processors.face_swapper import LANDMARK_MASK_SIZE, LANDMARK_MASK_TEMPLATE, FaceSwapper, FaceSwapperOptions
 
 # What each graph marks, in its own input's pixels (x1, y1, x2, y2): the occluder a block over the left cheek and
 # eye ("something in front"), the parser the nose and mouth as `nose` (class 10), all else `skin` (class 1).
@@ -188,5 +188,11 @@ def test_a_mask_combination_that_cannot_work_is_refused(runtime: Runtime) -> Non
         masker.Masker(runtime, "face_swapper", [])
     with pytest.raises(InvalidJob, match="mask_regions is empty"):
         masker.Masker(runtime, "face_swapper", ["region"], regions=[])
-    with pytest.raises(InvalidJob, match="landmark_warp always follows the face outline: keep face"):
-        swapper(runtime, mask=["box", "occlusion"])
+
+
+def test_landmark_warp_always_has_the_face_outline_so_it_is_never_a_choice_there(runtime: Runtime) -> None:
+    """landmark_warp's warp is the face outline: its options include the face mask whatever was asked (the UI
+    does not offer it then, see tests/test_studio_browser.py); the model swappers keep exactly what was asked."""
+    assert FaceSwapperOptions(mask=["box", "occlusion"]).mask == ("box", "face", "occlusion")
+    assert FaceSwapperOptions(model="inswapper_128", mask=["box"]).mask == ("box",)
+    assert swapper(runtime, mask=["box", "occlusion"]).options.mask == ("box", "face", "occlusion")

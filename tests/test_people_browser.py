@@ -13,19 +13,17 @@ import cv2
 import numpy as np
 import pytest
 from PIL import Image
-from test_webui_browser import ARTIFACTS, CHROMIUM, FLAGS, open_page
+from test_webui_browser import ARTIFACTS, CHROMIUM, chromium, open_page, serving
 
 from engine import media as video
 from engine.media import demo
-from webui.app import Studio, UISettings, launch
 from webui.studio import write_jpeg
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a chromium binary (apt-get install chromium)")
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("people-browser")
+def two_people(folder: Path) -> dict[str, Path]:
+    """pair.png: the astronaut (left, person 0) beside Hopper (right, person 1), 948×512; astronaut.png alone."""
     hopper = video.read_image(demo.source_photo())[0]
     hopper = cv2.resize(hopper, (hopper.shape[1] * 512 // hopper.shape[0], 512), interpolation=cv2.INTER_AREA)
     video.write_image(folder / "pair.png", np.ascontiguousarray(np.concatenate([demo.photo(), hopper[:, :512]], 1)))
@@ -34,27 +32,20 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import socket
+def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return two_people(tmp_path_factory.mktemp("people-browser"))
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    served = launch(UISettings(port=port), Studio(work_dir=tmp_path_factory.mktemp("people-work")), block=False)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        served.close()
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving(tmp_path_factory) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 def _picture(page: Any, src: str) -> np.ndarray:
@@ -73,11 +64,11 @@ def test_two_people_shown_a_source_for_one_and_the_preview_changes_that_face_alo
     expect(page.locator("#preview-status")).to_contain_text("frame 0:", timeout=120_000)
     page.get_by_text("People: a source for each person").click()
     page.locator("#people-find").click()
-    expect(page.locator("#people-status")).to_contain_text("people 0 and 1 in pair.png", timeout=120_000)
+    expect(page.locator("#people-status")).to_contain_text("P0 and P1 in pair.png", timeout=120_000)
     for number in (0, 1):
         expect(page.locator(f"#person-{number}-picture img")).to_be_visible(timeout=30_000)
     page.locator("#person-1-sources input[type=file]").set_input_files(str(pair["astronaut"]))
-    expect(page.locator("#people-status")).to_contain_text("person 1 ← astronaut.png", timeout=30_000)
+    expect(page.locator("#people-status")).to_contain_text("P1 ← astronaut.png", timeout=30_000)
     expect(page.locator("#selector input[value=map]")).to_be_checked(timeout=30_000)
     expect(page.locator("#preview-status")).to_contain_text("2 faces found, 1 changed", timeout=120_000)
     images = page.locator("#compare img")

@@ -57,7 +57,7 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     target = str(pair["target"])
 
     version, status = page.people.on_find(target, 0, heard, request)
-    assert version == 1 and status.startswith("**People** — people 0 and 1 in pair.png")
+    assert version == 1 and status.startswith("**People** — P0 and P1 in pair.png")
     session = page.people._session(request)
     state = session.people
     assert [p.number for p in state.scan.people] == [0, 1]
@@ -72,12 +72,12 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     assert left.box[2] < 512 <= right.box[0]  # person 0 the astronaut on the left, person 1 Hopper
 
     # Before anyone has photos, a map preview says what to do.
-    _, _, _, message, _ = page.preview.on_preview(target, [], 0, [], False, heard, request)
+    _, _, _, _, message = page.preview.on_preview(target, [], 0, [], False, "frame", "", heard, request)[:5]
     assert "give at least one person source photos" in message
 
     selector, summary = page.people._given(1)([str(pair["astronaut"])], request)
-    assert selector == "map" and summary.startswith("**People** — person 1 ← astronaut.png")
-    compare, gallery, _, message, _ = page.preview.on_preview(target, [], 0, [], False, heard, request)
+    assert selector == "map" and summary.startswith("**People** — P1 ← astronaut.png")
+    compare, _, gallery, _, message = page.preview.on_preview(target, [], 0, [], False, "frame", "", heard, request)[:5]
     assert "2 faces found, 1 changed" in message, message
     # The faces on the preview and under it are labelled with their people's numbers, as in the panel.
     assert sorted(caption for _, caption in gallery) == ["P0", "P1"]
@@ -98,7 +98,7 @@ def test_people_gallery_a_source_for_one_and_the_preview_changes_that_face_alone
     assert np.abs(after[y1:y2, x1:x2].astype(int) - image[y1:y2, x1:x2]).mean() > 5  # Hopper: swapped
 
     # The preview's debugger toggle draws on the preview alone: Hopper's box in person 1's colour.
-    compare, _, _, message, _ = page.preview.on_preview(target, [], 0, [], True, heard, request)
+    compare, _, _, _, message = page.preview.on_preview(target, [], 0, [], True, "frame", "", heard, request)[:5]
     drawn = video.read_image(Path(compare["value"][1]))[0]
     edge = drawn[y1 + 5 : y2 - 5, x1 + 1]
     assert (np.abs(edge.astype(int) - PALETTE[1]).max(axis=1) <= 40).mean() > 0.9

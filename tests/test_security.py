@@ -189,10 +189,10 @@ def test_a_path_typed_where_a_setting_holds_a_file_shows_and_copies_nothing(serv
     other = _clients(served)["another session"]
     before = _files_now(served.temp)
     for path in (served.result, served.upload, "/etc/hostname", str(served.studio.work)):
-        (picture,) = _call(other, served.url, "on_reference", [path])
+        (picture,) = _call(other, served.url, "on_reference", ["reference", path])
         assert (picture["value"], picture["visible"]) == (None, False), path
     assert _files_now(served.temp) == before
-    (own,) = _call(served.a, served.url, "on_reference", [served.result])
+    (own,) = _call(served.a, served.url, "on_reference", ["reference", served.result])
     assert own["visible"] is True and own["value"]["path"] == served.result
 
 
@@ -473,7 +473,8 @@ def test_an_event_leaves_no_file_but_what_it_gives_its_caller(served: Served) ->
         served.a, served.url, "run", [_file(served.upload), [], '{"processors": ["invert"]}', True]
     )
     events = {e.get("api_name"): e for e in _events(served)}
-    _call(served.a, served.url, "on_target_1", [_file(served.upload)]) if "on_target_1" in events else None
+    if "on_target_1" in events:  # the target, then (restoring, trim start and end, the session's values)
+        _call(served.a, served.url, "on_target_1", [_file(served.upload), None, 0, "", None])
     made = {p for p in _files_now(served.temp) - before if p.is_file()}
     assert {Path(output["path"]), Path(sidecar["path"])} <= made
     assert all(served.studio.guard.allows(owner, p) for p in made), made - set(served.studio.guard.held_by(owner))

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import threading
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -21,17 +22,25 @@ from pydantic import Field
 
 import cli
 from engine import media as video
-from engine.core.errors import Cancelled, InvalidInput, InvalidJob
+from engine.core.errors import Cancelled, InvalidInput, InvalidJob, ModelUnavailable
+from engine.core.options import describe
 from engine.core.types import Frame
 from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.job.settings import Preset, load_preset_raw, preset_names, save_user_preset
 from engine.media import demo
 from engine.models.manifest import MANIFEST_PATH
+from engine.serve.service import Rendered
 from processors import REGISTRY, build_registry
+from processors.face_swapper import FaceSwapperOptions
 from webui.app import Studio, UISettings, launch
+from webui.cells import complete, implied
 from webui.history import KEEP
+from webui.inputs import frames_of, trim_bar, trim_bounds
+from webui.models_tab import download_failure, grouped
 from webui.names import output_name, plain_name, scrub
 from webui.page import Page
+from webui.presets import OPENED, choices, owner_folder
+from webui.preview import face_pairs
 from webui.privacy import COOKIE, Owner, owner_from
 from webui.run import RunState
 from webui.schedule import RunQueue, Ticket
@@ -260,10 +269,12 @@ def _inside(layout: dict, container: int, component: int) -> bool:
 def test_cells_follow_the_option_metadata(ui: tuple[str, Studio]) -> None:
     url, _ = ui
     config = httpx.get(f"{url}config").json()
-    # The frame enhancer's model is a closed set from the catalogue: a dropdown, labelled with availability.
+    # The frame enhancer's model is a closed set from the catalogue: a dropdown, a model to download labelled with
+    # its size (short enough for the column; its licence is said in the cell when it is chosen).
     models = [c for c in config["components"] if c.get("props", {}).get("label") == "model"]
-    frame_model = next(m for m in models if any("realesr_animevideov3 ·" in str(ch) for ch in m["props"]["choices"]))
+    frame_model = next(m for m in models if ["realesr_animevideov3", "realesr_animevideov3"] in m["props"]["choices"])
     assert frame_model["type"] == "dropdown"
+    assert ["real_esrgan_x2plus · download 67 MB", "real_esrgan_x2plus"] in frame_model["props"]["choices"]
     # Units in the labels of bounded numbers, which are sliders.
     assert _component(config, "blend (%)")["type"] == "slider"
     # Options of other models are hidden while the default (landmark_warp) is chosen; its own are shown.
@@ -304,19 +315,25 @@ def test_presets_load_into_widgets_save_to_the_users_folder_and_refuse_bad_names
             assert again.options[pid] == preset.options[pid], (name, pid)
         assert (again.faces, again.video, again.runtime) == (preset.faces, preset.video, preset.runtime)
     values = page.settings.values_from(Preset.parse(load_preset_raw("upscale"), studio.registry))
-    update, message = page.presets.on_save("my-upscale", *values)
-    assert message == "saved preset my-upscale (in your presets folder)"
-    # At once in the picker (after the built-in ones), loadable by name here and by the CLI, valid for `check`.
-    assert update["choices"][-1] == "my-upscale" and update["value"] == "my-upscale"
-    assert preset_names()[-1] == "my-upscale"
-    assert cli.main(["presets", "check", str(home / "presets" / "my-upscale.toml")]) == 0
-    assert Preset.parse(load_preset_raw("my-upscale"), studio.registry).processors == ("frame_enhancer",)
-    assert page.presets.on_save("my-upscale", *values)[1].startswith("replaced preset my-upscale")
-    # Names are refused with the rule, never rewritten; built-in names are not taken over.
+    mine, theirs = _request("m" * 64), _request("t" * 64)
+    update, message = page.presets.on_save("my-upscale", None, mine, *values)
+    assert message == "saved preset my-upscale (yours, kept for this browser; the shared ones unchanged)"
+    # At once in this user's picker (after the shared ones), loadable by name here, valid for `presets check`; not
+    # in the shared list, nor in another browser's picker.
+    own = owner_folder(page.session(mine))
+    assert update["choices"][-1] == ("my-upscale (yours)", "my-upscale") and update["value"] == "my-upscale"
+    assert preset_names(own)[-1] == "my-upscale" and "my-upscale" not in preset_names()
+    assert "my-upscale" not in [v for _, v in choices(page.session(theirs))]
+    assert cli.main(["presets", "check", str(own / "my-upscale.toml")]) == 0
+    assert Preset.parse(load_preset_raw("my-upscale", own), studio.registry).processors == ("frame_enhancer",)
+    assert page.presets.on_save("my-upscale", None, mine, *values)[1].startswith("replaced preset my-upscale")
+    # Names are refused with the rule, never rewritten; built-in and shared names are not taken over.
     for bad in ("my preset", "../x", "", "-x", "a" * 65):
-        _, refused = page.presets.on_save(bad, *values)
+        _, refused = page.presets.on_save(bad, None, mine, *values)
         assert "is not allowed: use 1–64 letters, digits, - or _, starting with a letter or digit" in refused, bad
-    assert "'default' is a built-in preset" in page.presets.on_save("default", *values)[1]
+    assert "'default' is a built-in preset" in page.presets.on_save("default", None, mine, *values)[1]
+    save_user_preset("house", Preset.parse(load_preset_raw("default"), studio.registry))
+    assert "'house' is a shared preset of this server" in page.presets.on_save("house", None, theirs, *values)[1]
     with pytest.raises(InvalidJob, match="is not allowed"):
         save_user_preset("a/b", Preset.parse(load_preset_raw("default"), studio.registry))
 
@@ -328,13 +345,17 @@ def test_a_preset_file_opens_into_the_widgets_and_a_bad_one_says_why(tmp_path: P
     request = _request("o" * 64)
     good = tmp_path / "mine.toml"
     good.write_text('processors = ["frame_enhancer"]\n[frame_enhancer]\nscale = 2\n')
-    *values, message = page.presets.on_open(str(good), request)
+    *values, message, picker, opened = page.presets.on_open(str(good), request)
     assert message == "loaded mine.toml"
     raw = page.settings.raw_from(values)
     assert raw["processors"] == ["frame_enhancer"] and raw["frame_enhancer"]["scale"] == 2.0
+    # The picker names the file now, and Load takes it again.
+    assert picker["value"] == OPENED and picker["choices"][-1] == ("mine.toml (opened file)", OPENED)
+    *again, said = page.presets.on_load(OPENED, opened, request)
+    assert said == "loaded mine.toml again" and page.settings.raw_from(again) == raw
     bad = tmp_path / "broken.toml"
     bad.write_text('processors = ["nope"]\n')
-    *_, message = page.presets.on_open(str(bad), request)
+    *_, message, picker, _ = page.presets.on_open(str(bad), request)
     assert "broken.toml: unknown processor 'nope'" in message and str(tmp_path) not in message
 
 
@@ -501,12 +522,16 @@ def test_run_state_says_stage_frames_fps_and_eta() -> None:
     assert state.text().startswith("preparing")
     from webui.schedule import Place
 
+    # Next in line (nothing ahead): no queue line ("waiting: 0th in line — about 0 s" said nothing true).
+    state.queued(Place(ahead=0, running=False, wait=0.0))
+    assert state.text().startswith("preparing") and "<progress" not in state.html()
     state.queued(Place(ahead=2, running=False, wait=22.0))
     assert state.text() == "waiting: 2nd in line — about 22 s"
     state.stage("frames", 100)
     state.started -= 10.0
     state.advance(20)
     assert state.text() == "rendering: 20 of 100 frames, 2.00 fps, about 40 s left"
+    assert state.html().startswith("<progress value='200' max='1000'></progress>")
     state.advance(80)
     assert state.text().startswith("finishing: 100 of 100 frames done")
     cancel.set()
@@ -593,8 +618,12 @@ def test_a_failed_download_says_why_beside_the_model(tmp_path: Path, monkeypatch
     monkeypatch.setenv("FACESTUDIO_MANIFEST", str(tmp_path / "manifest.toml"))
     monkeypatch.setenv("FACESTUDIO_MODELS", str(tmp_path / "models"))
     page = Page(Studio(work_dir=tmp_path / "work"))
-    message = page.models.download("gfpgan_1_3")(progress=lambda *a, **k: None)
-    assert message.startswith("<span class='fs-warn'>download failed: ") and "GFPGANv1.3.pth" in message
+    # A model for non-commercial use only is not fetched until its licence is accepted; then an unreachable
+    # server is said to be that (no network), by its host.
+    refused = page.models.download("gfpgan_1_3")(False, progress=lambda *a, **k: None)
+    assert "is licensed for non-commercial use only" in refused and not (tmp_path / "models").exists()
+    message = page.models.download("gfpgan_1_3")(True, progress=lambda *a, **k: None)
+    assert message.startswith("<span class='fs-warn'>no network: 127.0.0.1 cannot be reached (")
     assert str(tmp_path) not in message
 
 
@@ -617,3 +646,82 @@ def test_no_command_means_the_ui(capsys) -> None:
     # UI flags without a command go to `ui` (which refuses a share link without a login, before serving).
     assert cli.main(["--share"]) == 2
     assert "--share makes the app public" in capsys.readouterr().err
+
+
+def test_trim_bounds_keep_exactly_the_frames_between_the_two_marks(media: dict[str, Path]) -> None:
+    """The timeline's Start here / End here: seconds half way between frames, so the engine's span (start
+    inclusive, end exclusive) holds exactly the marked frames, both marks included."""
+    info = video.probe(media["clip"])  # 8 frames at 24 fps
+    for first, last in ((0, 7), (2, 5), (3, 3), (0, 0), (6, 7)):
+        start, end = trim_bounds(info, first, last)
+        assert frames_of(info, start, end) == (first, last), (first, last)
+        assert video.select(info, start, end).frames == last - first + 1
+    assert trim_bounds(info, 0, 7) == (0.0, None)  # the whole video: no trim at all
+    assert trim_bounds(info, 2, 5) == (pytest.approx(1.5 / 24, abs=1e-6), pytest.approx(5.5 / 24, abs=1e-6))
+    assert "output: frames 2–5 (4 frames)" in trim_bar(info, *trim_bounds(info, 2, 5))
+    assert "output: the whole video" in trim_bar(info, 0.0, None)
+
+
+def test_face_by_face_shows_each_changed_face_before_and_after_side_by_side(
+    tmp_path: Path, media: dict[str, Path]
+) -> None:
+    studio = Studio(work_dir=tmp_path / "work")
+    rendered = studio.service.preview(
+        {"processors": ["face_swapper"]}, media["photo"], [media["source"]], 0
+    )  # one face, swapped
+    pairs = face_pairs(rendered, size=160)
+    assert pairs is not None and pairs.shape == (160, 2 * 160 + 8, 3) and pairs.dtype == np.uint8
+    before, after = pairs[:, :160].astype(int), pairs[:, 168:].astype(int)
+    assert np.abs(before - after)[40:140, 40:120].mean() > 5  # the face changed
+    assert (pairs[:, 160:168] == 255).all()  # the gap between them
+    assert face_pairs(Rendered(rendered.before, rendered.before, rendered.detected, ())) is None
+
+
+def test_an_implied_choice_is_ticked_fixed_and_said_and_conditions_see_it() -> None:
+    views = {v.name: v for v in describe(FaceSwapperOptions)}
+    mask = views["mask"]
+    fixed = implied(mask, {"model": "landmark_warp", "mask": ["box"]})
+    assert fixed["elem_classes"] == ["fs-implied", "fs-implied-2"]  # "face", the 2nd box
+    assert fixed["info"].endswith("face: always on with model landmark_warp")
+    assert implied(mask, {"model": "inswapper_128", "mask": ["box"]})["elem_classes"] == []
+    # keep_mouth applies while the face mask is on: with landmark_warp it is, whatever the boxes sent.
+    current = complete(list(views.values()), {"model": "landmark_warp", "mask": ["box"]})
+    assert current["mask"] == ["box", "face"] and views["keep_mouth"].applies(current)
+
+
+def test_a_download_that_cannot_connect_says_no_network_by_host() -> None:
+    refused = urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+    failure = ModelUnavailable("missing model files (download failed): a.onnx from http://models.example:8080/a.onnx")
+    failure.__cause__ = ModelUnavailable("could not download a.onnx")
+    failure.__cause__.__cause__ = refused
+    said = download_failure(failure)
+    assert said.startswith("no network: models.example cannot be reached (") and "Connection refused" in said
+    assert download_failure(ModelUnavailable("checksum differs")) == "download failed: checksum differs"
+
+
+def test_the_models_are_grouped_by_task_and_searched_by_every_word(tmp_path: Path) -> None:
+    statuses = Studio(work_dir=tmp_path / "work").service.catalogue.statuses()
+    groups = dict(grouped(statuses))
+    assert list(groups)[:3] == ["Face swappers", "Face enhancers (restorers)", "Frame enhancers (upscalers)"]
+    assert sum(len(g) for g in groups.values()) == len(statuses)
+    found = grouped(statuses, "ESRGAN x2")
+    assert [(title, [s.id for s in group]) for title, group in found] == [
+        ("Frame enhancers (upscalers)", ["real_esrgan_x2plus"])
+    ]
+
+
+def test_a_history_entry_keeps_its_inputs_under_their_names(tmp_path: Path, media: dict[str, Path]) -> None:
+    studio = Studio(work_dir=tmp_path / "work")
+    upload = tmp_path / "upload-7f3a" / "photo.png"
+    upload.parent.mkdir()
+    upload.write_bytes(media["photo"].read_bytes())
+    session = _session(studio, uploads=[upload, media["source"]])
+    _, entry = studio.run_for(session, {"processors": ["face_swapper"]}, str(upload), [str(media["source"])], None)
+    session.history.keep_inputs(entry, upload, [media["source"]], {str(upload): "my photo.png"})
+    target, sources = session.history.inputs(entry)
+    assert target is not None and target.name == "my photo.png" and target.read_bytes() == upload.read_bytes()
+    assert [s.name for s in sources] == [media["source"].name]
+    upload.unlink()  # the upload goes (Gradio's cache is cleaned): the kept copy stays with the entry
+    assert session.history.inputs(entry)[0] == target and target.is_file()
+    session.history.remove(entry.id)
+    assert not target.exists()

@@ -1,15 +1,15 @@
 """The studio page in a real headless Chromium (Debian `chromium`, driven by playwright) at 1440×900: the common
 path fits the first screen, face pictures show whole faces, messages a user can act on, runs with progress,
 cancel and the run line, private results, history across a reload, narrow windows. Screenshots are kept in
-test-artifacts/; with FACESTUDIO_UPDATE_DOCS=1 the README's picture (docs/studio.png) is made from the same run."""
+test-artifacts/; the README's picture (docs/studio.png) is made by tests/test_studio_browser.py."""
 
 from __future__ import annotations
 
+import contextlib
 import io
-import os
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,18 @@ from webui.app import Studio, UISettings, launch
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-DOCS_PICTURE = ROOT / "docs" / "studio.png"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 VIEWPORT = {"width": 1440, "height": 900}
 # The served app's frame size cap (`ui --max-pixels`): above every target here but `big`.
 MAX_PIXELS = 2_000_000
 # What the probe of this machine kind found necessary: without these, Chromium tries the network at start.
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 
 # .ci/run installs Debian's chromium, so this runs in CI; a developer machine without it skips, saying why.
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a chromium binary (apt-get install chromium)")
@@ -56,27 +61,48 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextlib.contextmanager
+def serving(
+    tmp_path_factory: pytest.TempPathFactory, studio: Callable[..., Studio] | None = None, **settings: Any
+) -> Iterator[str]:
+    """The studio (`studio(work_dir=…)`, default the built-in processors') served on a free port with these
+    `UISettings` while the block runs, its URL. Gradio's upload folder is its own meanwhile: another process's
+    server on this machine (the same demo photos, the same content-hash paths) can then never delete an upload of
+    this one."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    settings = UISettings(port=port, max_pixels=MAX_PIXELS)
-    served = launch(settings, Studio(work_dir=tmp_path_factory.mktemp("browser-work")), block=False)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        served.close()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))
+        work = tmp_path_factory.mktemp("work")
+        served = launch(UISettings(port=port, **settings), (studio or Studio)(work_dir=work), block=False)
+        try:
+            yield f"http://127.0.0.1:{port}/"
+        finally:
+            served.close()
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving(tmp_path_factory, max_pixels=MAX_PIXELS) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium, headless, driven by playwright, for the block."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 def open_page(browser: Any, url: str, viewport: dict[str, int] = VIEWPORT) -> Any:
@@ -213,8 +239,6 @@ def test_a_run_is_private_kept_in_history_and_pictured(app: str, browser: Any, m
     page.wait_for_timeout(1000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "studio.png"))
-    if os.environ.get("FACESTUDIO_UPDATE_DOCS") == "1":
-        _save_small_png(ARTIFACTS / "studio.png", DOCS_PICTURE)
     # The result's URL is this browser's alone: another browser and a client without cookies get 404.
     url = page.locator("#result-image img").get_attribute("src")
     assert url and "/gradio_api/file=" in url
@@ -265,24 +289,12 @@ def test_a_second_run_waits_in_line_and_cancel_ends_as_cancelled(
 
 def test_a_narrow_window_stacks_the_columns(app: str, browser: Any) -> None:
     page = open_page(browser, app, {"width": 700, "height": 900})
+    sources = page.locator("#sources").bounding_box()
     toggle = page.locator("#use-face_swapper").bounding_box()
     preview = page.locator("#compare").bounding_box()
     run = page.locator("#run").bounding_box()
-    assert toggle and preview and run
-    assert abs(toggle["x"] - preview["x"]) < 40 and preview["y"] > toggle["y"]  # one column, top to bottom
+    assert sources and toggle and preview and run
+    # One column, top to bottom: the inputs, the preview, Run, then the settings.
+    assert abs(toggle["x"] - preview["x"]) < 40 and sources["y"] < preview["y"] < run["y"] < toggle["y"]
     assert run["x"] + run["width"] <= 700
     page.context.close()
-
-
-def _save_small_png(shot: Path, out: Path, limit: int = 300_000) -> None:
-    """The screenshot as a palette PNG under `limit` bytes (the README's picture)."""
-    image = Image.open(shot).convert("RGB")
-    for colours, scale in ((256, 1.0), (192, 0.9), (128, 0.8), (96, 0.7)):
-        small = image.resize((round(image.width * scale), round(image.height * scale)), Image.Resampling.LANCZOS)
-        buffer = io.BytesIO()
-        small.quantize(colours, dither=Image.Dither.FLOYDSTEINBERG).save(buffer, "PNG", optimize=True)
-        if buffer.tell() <= limit:
-            out.parent.mkdir(exist_ok=True)
-            out.write_bytes(buffer.getvalue())
-            return
-    raise AssertionError(f"no palette PNG of {shot.name} fits {limit} bytes")

@@ -11,7 +11,7 @@ browser session's copy of what they hold, kept on the server, so a change sends 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,12 +127,22 @@ class Settings:
 
 
 def label(view: OptionView) -> str:
-    return f"{view.label} ({view.shown.unit})" if view.shown.unit else view.label
+    """The widget's label: the option's, with its unit unless that only repeats it ("fps", not "fps (fps)")."""
+    unit = view.shown.unit
+    if not unit:
+        return view.label
+    return unit if unit.lower() == view.label.lower() else f"{view.label} ({unit})"
 
 
-def widget(view: OptionView, value: Any, choices: Sequence[tuple[str, Any]] | None = None) -> gr.Component:
+def widget(
+    view: OptionView,
+    value: Any,
+    choices: Sequence[tuple[str, Any]] | None = None,
+    siblings: Mapping[str, Any] | None = None,
+) -> gr.Component:
     """The component for one setting, showing `value`. `choices` relabels a choice's values (model ids with their
-    availability and licence)."""
+    availability and licence); `siblings`, the group's values, say which of a multi-choice's values are implied
+    (see `implied`)."""
     common: dict[str, Any] = {"label": label(view), "info": view.description}
     if view.kind in ("choice", "open_choice"):
         options = list(choices) if choices else [(str(c), c) for c in view.choices or ()]
@@ -143,7 +153,8 @@ def widget(view: OptionView, value: Any, choices: Sequence[tuple[str, Any]] | No
         return gr.Dropdown(choices=options, value=value, filterable=False, **common)
     if view.kind == "multi":
         options = list(choices) if choices else [(str(c), c) for c in view.choices or ()]
-        return gr.CheckboxGroup(choices=options, value=list(value or ()), **common)
+        fixed = implied(view, siblings or {})
+        return gr.CheckboxGroup(choices=options, value=list(value or ()), **{**common, **fixed})
     if view.kind == "switch":
         return gr.Checkbox(value=bool(value), **common)
     if view.kind == "slider":
@@ -167,6 +178,33 @@ def user_events(component: gr.Component) -> list[Any]:
     if isinstance(component, gr.File):
         return [component.upload, component.clear]
     return [component.input]
+
+
+def implied(view: OptionView, siblings: Mapping[str, Any]) -> dict[str, Any]:
+    """How a multi-choice shows the values its `Shown.implied` turns on given its `siblings`' values: ticked and
+    fixed (CSS `fs-implied-N`: its Nth box cannot be clicked), with the reason after the description. The
+    options model adds them whatever the boxes say, so the choice is not offered; the boxes show what runs."""
+    on = view.shown.implied_now(siblings) if view.shown.implied else ()
+    choices = list(view.choices or ())
+    reasons = [
+        f"{choice}: always on with {' and '.join(f'{k} {siblings.get(k)}' for k in view.shown.implied[choice])}"
+        for choice in on
+    ]
+    return {
+        "elem_classes": ["fs-implied", *(f"fs-implied-{choices.index(c) + 1}" for c in on)] if on else [],
+        "info": " — ".join([view.description or "", *reasons]).strip(" —"),
+    }
+
+
+def complete(views: Sequence[OptionView], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The group's widget `values` (by name) with each multi-choice's implied values included, as the options
+    model will read them (so an option that applies while an implied value is on shows)."""
+    out = dict(values)
+    for view in views:
+        if view.kind == "multi" and view.shown.implied and view.name in out:
+            have = {*(out[view.name] or ()), *view.shown.implied_now(out)}
+            out[view.name] = [c for c in view.choices or () if c in have]
+    return out
 
 
 def from_widget(view: OptionView, value: Any) -> Any:
@@ -210,35 +248,43 @@ def add_group(
     for_users = [v for v in views if not v.shown.server and v.name not in skip]  # the server's are its operator's
     plain = [v for v in for_users if not v.shown.advanced]
     advanced = [v for v in for_users if v.shown.advanced]
+    values = dict(options)
+
+    def add(view: OptionView) -> None:
+        shown = widget(view, shown_value(getattr(options, view.name)), choices_for(view), values)
+        made[view.name] = settings.add(group, view.name, shown, view)
+
     for view in plain:
-        made[view.name] = settings.add(
-            group, view.name, widget(view, shown_value(getattr(options, view.name)), choices_for(view)), view
-        )
+        add(view)
     if advanced:
         with gr.Accordion("advanced", open=False):
             for view in advanced:
-                made[view.name] = settings.add(
-                    group, view.name, widget(view, shown_value(getattr(options, view.name)), choices_for(view)), view
-                )
-    values = dict(options)
+                add(view)
     for view in [*plain, *advanced]:
         made[view.name].visible = view.applies(values)
     return made
 
 
 def wire_visibility(views: Sequence[OptionView], made: dict[str, gr.Component]) -> None:
-    """Show or hide each conditional option of a group when a field its condition names changes."""
+    """Show or hide each conditional option of a group, and tick and fix a multi-choice's implied values, when a
+    field their conditions name changes."""
     dependent = [v for v in views if v.name in made and (v.shown.when or v.shown.unless)]
-    if not dependent:
+    fixing = [v for v in views if v.name in made and v.kind == "multi" and v.shown.implied]
+    if not dependent and not fixing:
         return
-    names = sorted({n for v in dependent for n in (*v.shown.when, *v.shown.unless) if n in made})
+    conditions = [(*v.shown.when, *v.shown.unless) for v in dependent]
+    conditions += [tuple(n for when in v.shown.implied.values() for n in when) for v in fixing]
+    triggers = sorted({n for names in conditions for n in names if n in made})
+    names = sorted({*triggers, *(v.name for v in fixing)})
     by_name = {v.name: v for v in views}
 
     def update(*values: Any) -> list[Any]:
-        current = {n: from_widget(by_name[n], value) for n, value in zip(names, values, strict=True)}
-        return [gr.update(visible=v.applies(current)) for v in dependent]
+        current = complete(views, {n: from_widget(by_name[n], value) for n, value in zip(names, values, strict=True)})
+        updates = {v.name: {"visible": v.applies(current)} for v in dependent}
+        for v in fixing:
+            updates.setdefault(v.name, {}).update(value=current[v.name], **implied(v, current))
+        return [gr.update(**u) for u in updates.values()]
 
-    for name in names:
-        made[name].change(
-            update, [made[n] for n in names], [made[v.name] for v in dependent], queue=False, show_progress="hidden"
-        )
+    outputs = [made[n] for n in dict.fromkeys(v.name for v in [*dependent, *fixing])]
+    for name in triggers:
+        made[name].change(update, [made[n] for n in names], outputs, queue=False, show_progress="hidden")

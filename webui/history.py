@@ -1,10 +1,13 @@
 """A session's finished jobs: what the History tab lists, kept on disk in the owner's folder so a page reload (same
-browser, and its login with one) finds them again, and removed with the owner's files."""
+browser, and its login with one) finds them again, and removed with the owner's files. Each entry keeps its inputs
+(a link to the upload where the file system allows, else a copy), so "Load these settings and inputs" gives the
+inputs back too."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import shutil
 import threading
@@ -15,6 +18,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 HISTORY_FILE = "history.json"
+INPUTS_FILE = "inputs.json"  # in an entry's folder: where its kept target and sources are
 # Oldest entries (and their files) go past this many: a session's folder stays bounded.
 KEEP = 50
 
@@ -80,6 +84,36 @@ class History:
             shutil.rmtree(gone.folder, ignore_errors=True)
         return gone
 
+    def keep_inputs(self, entry: Entry, target: Path, sources: list[Path], names: dict[str, str]) -> None:
+        """Keep the job's target and sources with `entry`, under the names the user knows them by (`names`: path →
+        name), for `inputs`. An input that cannot be kept is left out (its load then says so)."""
+        kept: dict[str, Any] = {"target": None, "sources": []}
+        for role, path in [("target", target), *((f"source-{i}", s) for i, s in enumerate(sources))]:
+            name = names.get(str(path)) or path.name
+            place = Path(entry.folder) / "inputs" / role / Path(name).name
+            try:
+                place.parent.mkdir(parents=True, exist_ok=True)
+                _link_or_copy(path, place)
+            except OSError as exc:
+                log.info("input %s not kept with its history entry: %s", name, exc)
+                continue
+            relative = str(place.relative_to(entry.folder))
+            if role == "target":
+                kept["target"] = relative
+            else:
+                kept["sources"].append(relative)
+        (Path(entry.folder) / INPUTS_FILE).write_text(json.dumps(kept), encoding="utf-8")
+
+    def inputs(self, entry: Entry) -> tuple[Path | None, list[Path]]:
+        """The target and sources kept with `entry` (None and [] when it kept none)."""
+        try:
+            kept = json.loads((Path(entry.folder) / INPUTS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None, []
+        target = entry.path(kept["target"]) if kept.get("target") else None
+        sources = [entry.path(s) for s in kept.get("sources", [])]
+        return (target if target and target.is_file() else None), [s for s in sources if s.is_file()]
+
     def _read(self) -> list[Entry]:
         path = self.folder / HISTORY_FILE
         try:
@@ -104,3 +138,12 @@ class History:
         tmp = self.folder / f".{HISTORY_FILE}.partial"
         tmp.write_text(json.dumps([asdict(e) for e in entries], indent=1), encoding="utf-8")
         tmp.replace(self.folder / HISTORY_FILE)
+
+
+def _link_or_copy(source: Path, place: Path) -> None:
+    """A hard link to `source` at `place` (no second copy of a large video), else a copy (another file system)."""
+    place.unlink(missing_ok=True)
+    try:
+        os.link(source, place)
+    except OSError:
+        shutil.copyfile(source, place)

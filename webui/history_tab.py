@@ -1,5 +1,6 @@
 """The studio's History tab: the session's finished jobs (webui/history.py), newest first, each with its
-thumbnail, summary, settings, downloads, "Load these settings" and Delete."""
+thumbnail, summary, settings, downloads, "Load these settings and inputs" and Delete. Loading one goes back to the
+Studio tab with its settings, target and sources, and says so there."""
 
 from __future__ import annotations
 
@@ -29,12 +30,19 @@ class HistoryTab:
             self.clear = gr.Button("Delete all", size="sm", scale=0, min_width=100, elem_id="history-clear")
 
         # Rendered when the tab is opened (not with the page: a first load stays light) and after each change.
-        @gr.render(inputs=[self.version], triggers=[tab.select, self.version.change])
+        @gr.render(
+            inputs=[self.version],
+            triggers=[tab.select, self.version.change],
+            concurrency_limit=1,
+            concurrency_id="history-rows",
+        )
         def show(version: int, request: gr.Request) -> None:
             self._rows(request)
 
     def wire(self) -> None:
-        self.clear.click(self.on_clear, [self.version], [self.version], queue=False)
+        # Queued, as every event that changes `version`: Gradio tells a State's change (which re-renders the
+        # rows) only from a queued event.
+        self.clear.click(self.on_clear, [self.version], [self.version])
 
     def _rows(self, request: gr.Request) -> None:
         try:
@@ -65,13 +73,42 @@ class HistoryTab:
                 with gr.Column(scale=1, min_width=160):
                     gr.DownloadButton("Output", self.studio.share(session, entry.output), size="sm")
                     gr.DownloadButton("Job sidecar", self.studio.share(session, entry.sidecar), size="sm")
-                    load = gr.Button("Load these settings", size="sm")
+                    load = gr.Button("Load these settings and inputs", size="sm")
                     delete = gr.Button("Delete", size="sm", variant="stop")
+            page = self.page
+            inputs = page.inputs
             chosen = load.click(
-                lambda s=entry.settings: self.page.values_for(s), None, self.page.settings.components, queue=False
-            )
-            self.page.written(chosen)
-            delete.click(self._delete(entry.id), [self.version], [self.version], queue=False)
+                self._load(entry.id), None,
+                [*page.settings.components, inputs.target, inputs.sources, inputs.restoring, page.tabs,
+                 page.presets.status],
+                queue=False,
+            )  # fmt: skip
+            page.written(chosen)
+            delete.click(self._delete(entry.id), [self.version], [self.version])
+
+    def _load(self, entry_id: str) -> Any:
+        def load(request: gr.Request) -> list[Any]:
+            """The entry's settings, target and sources back in the Studio tab, with a line saying so (and what
+            could not come back)."""
+            session = self.page.session(request)
+            entry = session.history.get(entry_id)
+            if entry is None:
+                keep = [gr.update()] * (len(self.page.settings.entries) + 3)
+                return [*keep, gr.update(), "<span class='fs-warn'>that job is no longer in the history</span>"]
+            target, sources = session.history.inputs(entry)
+            said = f"loaded the settings and inputs of {Path(entry.output).name} (from History)"
+            if target is None:
+                said = f"loaded the settings of {Path(entry.output).name}; its inputs were not kept: add them again"
+            return [
+                *self.page.values_for(entry.settings),
+                self.studio.share(session, target) if target else gr.update(),
+                [self.studio.share(session, s) for s in sources] if target else gr.update(),
+                target is not None,
+                gr.Tabs(selected="studio-tab"),
+                said,
+            ]
+
+        return load
 
     def _delete(self, entry_id: str) -> Any:
         def delete(version: int, request: gr.Request) -> int:

@@ -1,4 +1,4 @@
-"""The studio's Live tab: the camera view with its figures, consent, the camera's size, the microphone, Start,
+"""The studio's Live tab: the camera view with its figures, the camera's size, the microphone, Start,
 Stop and Record; handlers that open, update and end the session's stream (webui/live_rtc.py) and put its
 recordings in the session's history. Built inside the page's `gr.Tab("Live")` (webui/page.py); its browser side is
 webui/live.js."""
@@ -17,7 +17,6 @@ import gradio as gr
 import numpy as np
 from fastapi.routing import APIRoute
 
-from engine.core import consent
 from engine.core.errors import FacestudioError, InvalidInput
 from engine.live.record import Recording
 from engine.media import FrameReader
@@ -84,10 +83,8 @@ class LiveTab:
                     elem_id="live-view", apply_default_css=False,
                 )  # fmt: skip
             with gr.Column(scale=2, min_width=280):
-                self.agreed = gr.Checkbox(
-                    label="I have read the responsible-use notice and have the consent of the people on camera",
-                    info=consent.NOTICE, value=False, elem_id="live-consent",
-                )  # fmt: skip
+                gr.Markdown("Streaming needs the responsible-use consent at the top of the page, for the people on "
+                            "camera too.", min_height=0)  # fmt: skip
                 self.size = gr.Radio(list(SIZES), value="640×480", label="camera resolution", elem_id="live-size")
                 self.mic = gr.Checkbox(label="record the microphone's audio with the stream", elem_id="live-mic")
                 with gr.Row():
@@ -105,7 +102,7 @@ class LiveTab:
         page = self.page
         settings = page.settings.components
         start = self.start.click(
-            self.on_start, [self.agreed, self.size, self.mic, page.inputs.sources, *settings],
+            self.on_start, [page.consent, self.size, self.mic, page.inputs.sources, *settings],
             [self.config, self.status], concurrency_id="live", concurrency_limit=4,
         )  # fmt: skip
         start.then(None, [self.config], None, js="(config) => { window.facestudioLive?.start(config); }")
@@ -124,9 +121,9 @@ class LiveTab:
         self, agreed: bool, size: str, mic: bool, sources: list[str] | None, request: gr.Request, *values: Any
     ) -> tuple[Any, str]:
         if not agreed:
-            return gr.update(value=""), "tick the responsible-use notice above Start before streaming"
+            return gr.update(value=""), "tick the responsible-use notice (at the top of the page) before streaming"
         session = self._session(request)
-        raw = self.page.settings.raw_from(values)
+        raw = self.page.raw(values)
         needs_source = [p for p in raw["processors"] if self.studio.registry[p].needs_source]
         if needs_source and not sources:
             return gr.update(value=""), "add a source face photo (Source faces, above) first"

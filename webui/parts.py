@@ -1,10 +1,11 @@
 """What the studio page's parts (webui/inputs.py, preview.py, run.py, presets.py, settings_column.py,
-history_tab.py, models_tab.py, people.py, live.py) use of the page they are built into: a protocol, since the page
+history_tab.py, people.py, live.py) use of the page they are built into: a protocol, since the page
 (webui/page.py) imports them. Each part builds its widgets inside the page's layout and wires its own events; the
 page keeps the layout and what the parts share."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import gradio as gr
@@ -21,6 +22,10 @@ class Page(Protocol):
     studio: Studio
     settings: Settings
     values: gr.State
+    consent: gr.Checkbox
+    tabs: gr.Tabs
+    presets: Any
+    settings_column: Any
     inputs: Any
     preview: Any
     run: Any
@@ -35,6 +40,10 @@ class Page(Protocol):
     def written(self, dependency: Any) -> Any:
         """Chain, after an event whose handler sets settings widgets, a preview that first hears every widget again;
         returns the chained event."""
+        ...
+
+    def raw(self, values: Sequence[Any]) -> dict[str, Any]:
+        """The preset mapping the settings widgets' `values` describe, as a job reads it."""
         ...
 
     def values_for(self, raw: dict[str, Any]) -> list[Any]:

@@ -27,6 +27,16 @@ from webui.studio import Session, user_message
 HINT = "**People** — find who is in the target, then give each person their own source photos"
 
 
+def label(number: int) -> str:
+    """What a person is called here: as on the preview and its face pictures (`face_label`), `P0`, `P1`, …"""
+    return f"P{number}"
+
+
+def _listed(scan: Scan) -> str:
+    names = [label(n) for n in scan.numbers]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 @dataclass
 class PeopleState:
     """A session's people: the target they were found on, the scan, each person's picture (a file the session
@@ -54,7 +64,9 @@ class PeoplePanel:
             self.find = gr.Button("Find the people", size="sm", elem_id="people-find")
             self.version = gr.State(0)
 
-            @gr.render(inputs=[self.version], triggers=[self.version.change])
+            @gr.render(
+                inputs=[self.version], triggers=[self.version.change], concurrency_limit=1, concurrency_id="people-rows"
+            )
             def rows(version: int, request: gr.Request) -> None:
                 self._rows(request)
 
@@ -65,7 +77,8 @@ class PeoplePanel:
             self.on_find, [page.inputs.target, self.version, page.values], [self.version, self.status],
             concurrency_id="preview", concurrency_limit=4,
         )  # fmt: skip
-        page.inputs.target.change(self.on_target, [self.version], [self.version, self.status], queue=False)
+        # Queued: Gradio tells a State's change (which re-renders the rows) only from a queued event.
+        page.inputs.target.change(self.on_target, [self.version], [self.version, self.status])
 
     def _rows(self, request: gr.Request) -> None:
         session = self._session(request)
@@ -81,7 +94,7 @@ class PeoplePanel:
                 )  # fmt: skip
                 with gr.Column(scale=3, min_width=160):
                     seen = f"{person.first:.1f}–{person.last:.1f} s" if person.last > person.first else "one frame"
-                    gr.Markdown(f"**person {number}** · seen on {len(person.frames)} sampled frames ({seen})")
+                    gr.Markdown(f"**{label(number)}** · seen on {len(person.frames)} sampled frames ({seen})")
                     given = state.sources.get(number)
                     files = uploads.File(
                         value=given or None, label="their source photos (none: leave as is)", file_count="multiple",
@@ -97,7 +110,7 @@ class PeoplePanel:
         session = self._session_of(self.studio, request)
         if not target:
             return version, f"{HINT}: add a target image or video first"
-        raw = self.page.settings.raw_from(values.items)
+        raw = self.page.raw(values.items)
         try:
             faces = FacesSettings.model_validate(raw.get("faces", {}))
             runtime = RuntimeSettings.model_validate(raw.get("runtime", {}))
@@ -117,7 +130,7 @@ class PeoplePanel:
         name = self.studio.name(session, target)
         if not found.people:
             return version + 1, f"**People** — no face found in {name} on {len(found.sampled)} sampled frames"
-        return version + 1, f"**People** — {found.who()} in {name}: give a person photos to put their face in"
+        return version + 1, f"**People** — {_listed(found)} in {name}: give a person photos to put their face in"
 
     def on_target(self, version: int, request: gr.Request) -> tuple[int, str]:
         session = self._session(request)
@@ -145,7 +158,7 @@ class PeoplePanel:
         if not state.sources:
             return "**People** — no one has source photos yet: everyone is left as they are"
         parts = [
-            f"person {n} ← {', '.join(self.studio.name(session, p) for p in paths)}"
+            f"{label(n)} ← {', '.join(self.studio.name(session, p) for p in paths)}"
             for n, paths in sorted(state.sources.items())
         ]
         return "**People** — " + "; ".join(parts) + "; everyone else is left as they are"

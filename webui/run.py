@@ -1,5 +1,10 @@
-"""The studio's run: consent, Run / Cancel / Preview, the progress line (`RunState`), the result with its summary
-and downloads, and the same run as one named API endpoint for scripts (gradio_client)."""
+"""The studio's run: Run / Cancel / Preview, the progress (`RunState`: a bar with frames, fps, ETA and stage; the
+place in line only when there is a line), the result with its summary and downloads, and the same run as one named
+API endpoint for scripts (gradio_client). The consent it needs is the page's one (in its header).
+
+What the status says is true now: a failure from an earlier run goes when the inputs change (`idle_status`),
+Cancel with nothing running says so, a target that cannot be read is said once (under it), a model the chain
+needs that is not here is named with its size and licence, not downloaded."""
 
 from __future__ import annotations
 
@@ -7,17 +12,18 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from engine.core import consent
 from engine.core.errors import Cancelled, FacestudioError
 from webui import uploads
 from webui.jobs import parse_preset_text
 from webui.parts import Page
 from webui.schedule import Place
-from webui.studio import user_message
+from webui.settings_column import missing_line
+from webui.studio import Session, user_message
 from webui.summary import report_json, summary
 
 log = logging.getLogger(__name__)
@@ -65,13 +71,26 @@ class RunState:
     def close(self) -> None:
         pass
 
+    def fraction(self) -> float | None:
+        """How much of the current stage is done, 0–1 (None while waiting or preparing, or with no known total)."""
+        with self._lock:
+            if self.place is not None or not self.stage_name or not self.total:
+                return None
+            return min(self.done / self.total, 1.0)
+
+    def html(self) -> str:
+        """The status panel: a progress bar (once the frames are counted) over the `text` line."""
+        fraction = self.fraction()
+        bar = "" if fraction is None else f"<progress value='{fraction * 1000:.0f}' max='1000'></progress>"
+        return f"{bar}<span class='fs-progress-text'>{self.text()}</span>"
+
     def text(self) -> str:
-        """One line of Markdown for the status panel."""
+        """One line of Markdown for the status panel: the place in line only while jobs are ahead."""
         with self._lock:
             place, stage, total, done, started = self.place, self.stage_name, self.total, self.done, self.started
         if self.cancel.is_set():
             return "cancelling…"
-        if place is not None:
+        if place is not None and place.ahead > 0:
             wait = "wait unknown until a job here has run" if place.wait is None else f"about {_seconds(place.wait)}"
             return f"waiting: {_ordinal(place.ahead)} in line — {wait}"
         if not stage:
@@ -86,21 +105,17 @@ class RunState:
 
 
 class RunPanel:
-    """Builds consent, the buttons, the progress line and the result into the page's right column, under the
-    preview; runs a job for the session and shows what it made."""
+    """Builds the buttons, the progress and the result into the page's right column, under the preview; runs a
+    job for the session and shows what it made."""
 
     def __init__(self, page: Page) -> None:
         self.page = page
         self.studio = page.studio
+        self._running: set[str] = set()  # owners with a run of this page going (for Cancel and `idle_status`)
+        self._lock = threading.Lock()
 
     def build(self) -> None:
-        self.agreed = gr.Checkbox(
-            label="I have read the responsible-use notice and have the consent of the people shown",
-            info=consent.NOTICE,
-            value=False,
-            elem_id="consent",
-        )
-        with gr.Row():
+        with gr.Row(elem_classes="fs-run-row"):
             self.run = gr.Button("Run", variant="primary", elem_id="run", scale=2)
             self.cancel = gr.Button("Cancel", variant="stop", elem_id="cancel", scale=1)
             self.preview_btn = gr.Button("Preview", elem_id="preview-btn", scale=1)
@@ -109,34 +124,50 @@ class RunPanel:
             "Run on several targets…", file_count="multiple", file_types=["image", "video"], elem_id="run-batch",
             size="sm",
         )  # fmt: skip
-        self.status = gr.Markdown(elem_id="status", elem_classes="fs-status")
-        self.result_image = gr.Image(
-            label="result", type="filepath", interactive=False, visible=False, elem_id="result-image"
-        )
-        self.result_video = gr.Video(label="result", interactive=False, visible=False, elem_id="result-video")
-        self.result_summary = gr.Markdown(elem_id="summary")
-        self.downloads = gr.File(
-            label="output and job sidecar", file_count="multiple", visible=False, elem_id="downloads"
-        )
+        self.status = gr.Markdown(elem_id="status", elem_classes="fs-status", min_height=0)
+        with gr.Row(equal_height=False, elem_classes="fs-result-row"):
+            self.result_image = gr.Image(
+                label="result", type="filepath", interactive=False, visible=False, elem_id="result-image", height=200,
+                scale=3,
+            )  # fmt: skip
+            self.result_video = gr.Video(
+                label="result", interactive=False, visible=False, elem_id="result-video", height=200, scale=3
+            )
+            with gr.Column(scale=2, min_width=170, elem_id="downloads"):
+                self.download_output = gr.DownloadButton(
+                    "output", visible=False, size="sm", variant="primary", elem_id="download-output"
+                )
+                self.download_sidecar = gr.DownloadButton(
+                    "job sidecar", visible=False, size="sm", elem_id="download-sidecar"
+                )
+                self.result_summary = gr.Markdown(elem_id="summary", min_height=0)
 
     def wire(self) -> None:
         page, inputs = self.page, self.page.inputs
         run_out = [
-            self.status, self.result_image, self.result_video, self.result_summary, self.downloads,
-            page.preview.compare, page.history.version,
+            self.status, self.result_image, self.result_video, self.result_summary, self.download_output,
+            self.download_sidecar, page.preview.compare, page.history.version,
         ]  # fmt: skip
         self.run.click(
             self.on_run,
-            [self.agreed, inputs.target, inputs.sources, inputs.frame_index, page.history.version,
-             *page.settings.components],
+            [page.consent, inputs.target, inputs.sources, inputs.frame_index, page.history.version,
+             inputs.target_problem, *page.settings.components],
             run_out, concurrency_limit=None, show_progress="hidden",
         )  # fmt: skip
         self.cancel.click(self.on_cancel, None, [self.status], queue=False)
         self.batch.upload(
             self.on_batch,
-            [self.agreed, self.batch, inputs.sources, page.history.version, *page.settings.components],
+            [page.consent, self.batch, inputs.sources, page.history.version, *page.settings.components],
             [self.status, self.result_summary, page.history.version], concurrency_limit=None, show_progress="hidden",
         )  # fmt: skip
+
+    def running(self, session: Session) -> bool:
+        with self._lock:
+            return session.owner.id in self._running
+
+    def idle_status(self, session: Session) -> Any:
+        """The status for an input change: cleared (what it said was about other inputs) unless a run is going."""
+        return gr.skip() if self.running(session) else ""
 
     def on_run(
         self,
@@ -145,34 +176,57 @@ class RunPanel:
         sources: list[str] | None,
         index: float,
         version: int,
+        problem: str,
         request: gr.Request,
         *values: Any,
     ) -> Iterator[tuple[Any, ...]]:
-        keep = (gr.update(),) * 6
+        keep = (gr.update(),) * 7
         if not agreed:
-            gr.Warning("tick the responsible-use notice before running")
-            yield ("tick the responsible-use notice (above Run) before running", *keep)
+            yield ("tick the responsible-use notice (at the top of the page) before running", *keep)
+            return
+        if problem:
+            yield (
+                "<span class='fs-warn'>**failed** — the target cannot be read (see under it): replace it</span>",
+                *keep,
+            )
             return
         session = self.page.session(request)
+        raw = self.page.raw(values)
+        try:
+            missing = self.page.settings_column.missing(self.studio.service.preset(raw))
+        except FacestudioError:
+            missing = {}  # the run says what is wrong with the settings
+        if missing:
+            lines = "; ".join(missing_line(s) for statuses in missing.values() for s in statuses)
+            yield (f"**not run** — {lines}", *keep)
+            return
         state = RunState(session.cancel)
         result: dict[str, Any] = {}
-        raw = self.page.settings.raw_from(values)
 
         def work() -> None:
             try:
                 job_raw, job_sources = self.page.people.apply(session, raw, target, sources or [])
-                result["done"] = self.studio.run_for(session, job_raw, target or "", job_sources, state, state.queued)
+                report, entry = self.studio.run_for(session, job_raw, target or "", job_sources, state, state.queued)
+                session.history.keep_inputs(entry, Path(target or ""), [Path(s) for s in sources or []],
+                                            session.names)  # fmt: skip
+                result["done"] = report
             except BaseException as exc:  # reported by the generator below, in the status panel
                 result["error"] = exc
 
         session.cancel.clear()
-        worker = threading.Thread(target=work, name="facestudio-ui-run", daemon=True)
-        worker.start()
-        hidden = gr.update(value=None, visible=False)
-        yield (state.text(), hidden, hidden, "", hidden, gr.update(), gr.update())
-        while worker.is_alive():
-            worker.join(0.5)
-            yield (state.text(), *keep)
+        with self._lock:
+            self._running.add(session.owner.id)
+        try:
+            worker = threading.Thread(target=work, name="facestudio-ui-run", daemon=True)
+            worker.start()
+            hidden = gr.update(value=None, visible=False)
+            yield (state.html(), hidden, hidden, "", hidden, hidden, gr.update(), gr.update())
+            while worker.is_alive():
+                worker.join(0.5)
+                yield (state.html(), *keep)
+        finally:
+            with self._lock:
+                self._running.discard(session.owner.id)
         error = result.get("error")
         if isinstance(error, Cancelled):
             yield ("**cancelled** — nothing was written", *keep)
@@ -181,16 +235,16 @@ class RunPanel:
             if not isinstance(error, FacestudioError):
                 log.error("run failed", exc_info=error)
             message = user_message(error, session.names)
-            gr.Warning(message)
             yield (f"<span class='fs-warn'>**failed** — {message}</span>", *keep)
             return
-        report, entry = result["done"]
+        report = result["done"]
         is_image = report.kind == "image"
         output = self.studio.share(session, report.output)
         player = None if is_image else self.studio.playable(session, report.output)
         compare = gr.update()
         try:
-            compare = self.studio.compare_after_run(session, target or "", report, int(index))
+            compare = gr.update(value=self.studio.compare_after_run(session, target or "", report, int(index)),
+                                elem_classes=[])  # fmt: skip
         except FacestudioError as exc:
             log.info("no before/after after the run: %s", exc)
         done = f"done in {report.seconds:.1f} s"
@@ -201,7 +255,8 @@ class RunPanel:
             gr.update(value=output if is_image else None, visible=is_image),
             gr.update(value=player, visible=player is not None),
             summary(report),
-            gr.update(value=[output, self.studio.share(session, report.sidecar)], visible=True),
+            gr.update(value=output, label=f"⬇ {Path(output).name}", visible=True),
+            gr.update(value=self.studio.share(session, report.sidecar), label="⬇ job sidecar (.json)", visible=True),
             compare,
             version + 1,
         )
@@ -218,13 +273,12 @@ class RunPanel:
         """Several targets of one upload run as jobs in turn with the current settings (`Studio.run_batch`), each
         into the history; the status follows the job running, the summary says what each did."""
         if not agreed:
-            gr.Warning("tick the responsible-use notice before running")
-            yield "tick the responsible-use notice (above Run) before running", gr.update(), gr.update()
+            yield "tick the responsible-use notice (at the top of the page) before running", gr.update(), gr.update()
             return
         session = self.page.session(request)
         files = list(targets or [])
         self.studio.note_upload(session, "batch", files)
-        raw = self.page.settings.raw_from(values)
+        raw = self.page.raw(values)
         states: list[tuple[int, str, RunState]] = []
         result: dict[str, Any] = {}
 
@@ -241,13 +295,19 @@ class RunPanel:
                 result["error"] = exc
 
         session.cancel.clear()
-        worker = threading.Thread(target=work, name="facestudio-ui-batch", daemon=True)
-        worker.start()
-        while worker.is_alive():
-            worker.join(0.5)
-            if states:
-                n, name, state = states[-1]
-                yield f"job {n} of {len(files)} ({name}): {state.text()}", gr.update(), gr.update()
+        with self._lock:
+            self._running.add(session.owner.id)
+        try:
+            worker = threading.Thread(target=work, name="facestudio-ui-batch", daemon=True)
+            worker.start()
+            while worker.is_alive():
+                worker.join(0.5)
+                if states:
+                    n, name, state = states[-1]
+                    yield f"job {n} of {len(files)} ({name}): {state.html()}", gr.update(), gr.update()
+        finally:
+            with self._lock:
+                self._running.discard(session.owner.id)
         error = result.get("error")
         if error is not None:
             message = "cancelled" if isinstance(error, Cancelled) else user_message(error, session.names)
@@ -266,7 +326,10 @@ class RunPanel:
         yield f"**{head}** — each is in the History tab", "\n".join(lines), version + 1
 
     def on_cancel(self, request: gr.Request) -> str:
-        self.page.session(request).cancel.set()
+        session = self.page.session(request)
+        if not self.running(session):
+            return "nothing is running: Cancel stops a run once it has started"
+        session.cancel.set()
         return "cancelling…"
 
     # -- the API: one named endpoint for scripts (gradio_client) ------------------------------------------------

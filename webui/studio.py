@@ -237,7 +237,7 @@ class Studio:
         before/after pair the page shows."""
         before = self.service.frame(Path(target), index, max_pixels=1 << 62)
         after = self.service.frame(report.output, min(index, max(report.frames - 1, 0)), max_pixels=1 << 62)
-        return self._picture(session, before), self._picture(session, after)
+        return self.picture(session, before), self.picture(session, after)
 
     def share(self, session: Session, path: Path | str) -> str:
         """`path` as a file only this session's owner may fetch (returned to a Gradio component as is)."""
@@ -417,9 +417,9 @@ class Studio:
         with self.service.model_lock.brief() as turn:
             rendered = self.service.preview(raw, Path(target), [Path(s) for s in sources], index, self.access(session))
         before, faces = self._frame_pictures(session, target, index, rendered)
-        return Preview(before, self._picture(session, rendered.after), faces, rendered, turn)
+        return Preview(before, self.picture(session, rendered.after), faces, rendered, turn)
 
-    def _picture(self, session: Session, frame: Frame) -> str:
+    def picture(self, session: Session, frame: Frame) -> str:
         """A frame as a new JPEG the session may fetch; only the newest few are kept."""
         path = write_jpeg(session.folder / "previews" / f"{time.monotonic_ns():x}.jpg", frame)
         shared = self.share(session, path)

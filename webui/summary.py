@@ -17,7 +17,8 @@ def summary(report: RunReport) -> str:
         f"{'audio kept' if report.audio else 'no audio'}."
     ]
     if report.frames_without_face is not None:
-        lines.append(f"{report.faces_processed} faces processed, {report.frames_without_face} frames without a face.")
+        faces, empty = report.faces_processed, report.frames_without_face
+        lines.append(f"{_count(faces, 'face')} processed, {_count(empty, 'frame')} without a face.")
         if report.frames_without_face == report.frames:
             lines.append("**No face was found on any frame: the output equals the input.**")
     qa = report.identity
@@ -29,6 +30,10 @@ def summary(report: RunReport) -> str:
         )
     lines += [f"Note: {note}" for note in report.notes]
     return "\n\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def report_json(report: RunReport) -> dict[str, Any]:

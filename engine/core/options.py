@@ -54,6 +54,10 @@ class Shown:
         studio, the jobs API or live may not change it, and the UI does not show it.
     file: the setting names a file of this kind: an upload of the user's own from the studio and the jobs API (the
         studio gives it an upload control), a path only from the CLI.
+    label: what front ends call the option (default: its name, with spaces for underscores).
+    implied: a multi-choice's values that are always on while a condition on its siblings holds ({value:
+        {field: values}}, as `when`): the options model adds them (`with_implied`), and front ends do not offer
+        them then (an option the model cannot do without is not a choice).
     """
 
     when: Mapping[str, Values] = field(default_factory=dict)
@@ -64,6 +68,8 @@ class Shown:
     advanced: bool = False
     server: bool = False
     file: FileKind | None = None
+    label: str | None = None
+    implied: Mapping[Any, Mapping[str, Values]] = field(default_factory=dict)
 
     def __get_pydantic_json_schema__(
         self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
@@ -87,6 +93,8 @@ class Shown:
             extra["server"] = True
         if self.file:
             extra["file"] = self.file
+        if self.implied:
+            extra["implied"] = {str(c): {k: list(_values(v)) for k, v in w.items()} for c, w in self.implied.items()}
         if extra:
             out["x-facestudio"] = extra
         return out
@@ -99,12 +107,31 @@ class Shown:
 
     def applies(self, values: Mapping[str, Any]) -> bool:
         """Whether the option applies given its siblings' current `values` (missing names count as holding)."""
-        for name, allowed in self.when.items():
-            if name in values and not _holds(values[name], _values(allowed)):
-                return False
-        return all(
+        return _all_hold(self.when, values) and all(
             not (name in values and _holds(values[name], _values(banned))) for name, banned in self.unless.items()
         )
+
+    def implied_now(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The `implied` values that are on given the siblings' current `values`."""
+        return tuple(choice for choice, when in self.implied.items() if _all_hold(when, values))
+
+
+def _all_hold(when: Mapping[str, Values], values: Mapping[str, Any]) -> bool:
+    return all(not (name in values and not _holds(values[name], _values(allowed))) for name, allowed in when.items())
+
+
+def with_implied(model: type[BaseModel], values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` (a settings model's fields by name) with every multi-choice field's `implied` values added where
+    their condition holds (in the field's choice order)."""
+    out = dict(values)
+    for name, info in model.model_fields.items():
+        meta = shown(info)
+        extra = meta.implied_now(out) if meta.implied else ()
+        if name in out and any(c not in out[name] for c in extra):
+            choices = view(name, info).choices or ()
+            have = {*out[name], *extra}
+            out[name] = tuple(c for c in choices if c in have)
+    return out
 
 
 def _values(values: Values) -> Sequence[Any]:
@@ -213,7 +240,7 @@ def view(name: str, info: FieldInfo, model_choices: Callable[[str], Sequence[str
     annotation, optional = unwrap(info.annotation)
     common: dict[str, Any] = {
         "name": name,
-        "label": name.replace("_", " "),
+        "label": meta.label or name.replace("_", " "),
         "description": info.description,
         "default": info.get_default(call_default_factory=True),
         "optional": optional,

@@ -6,10 +6,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from engine.core.options import with_implied
 from engine.core.types import Face, Frame, Mask
 
 if TYPE_CHECKING:
@@ -29,6 +30,16 @@ class ProcessorOptions(BaseModel):
     backend: Literal["auto", "onnx", "torch"] | None = Field(
         default=None, description="this processor's backend, overriding the job's runtime.backend (empty: the job's)"
     )
+
+    @model_validator(mode="after")
+    def _implied_choices(self) -> Self:
+        """A multi-choice's `Shown.implied` values are on whenever their condition holds (whatever was given)."""
+        values = dict(self)
+        for name, value in with_implied(type(self), values).items():
+            if value != values[name]:
+                # Frozen for everyone else: this completes the model while it is being validated.
+                object.__setattr__(self, name, value)
+        return self
 
 
 OptionsT = TypeVar("OptionsT", bound=ProcessorOptions)

@@ -64,7 +64,7 @@ class VideoSettings(_Settings):
     )  # fmt: skip
     # veryfast, as FaceFusion's default: medium costs a 2-core machine twice the encoder time (at 720p about 60 ms
     # of CPU per frame against 30, a third of a face swap job's CPU) for files a few percent smaller at the same crf.
-    preset: Literal[X264_PRESETS] = Field(  # type: ignore[valid-type]
+    preset: Annotated[Literal[X264_PRESETS], Shown(label="encoder preset")] = Field(  # type: ignore[valid-type]
         default="veryfast",
         description="encoder speed: slower presets make smaller files at the same quality (NVENC: p1 … p7)",
     )
@@ -407,17 +407,26 @@ def user_presets_dir() -> Path:
     return home() / "presets"
 
 
-def preset_names() -> list[str]:
-    """The built-in presets' names, then the user's own (a user preset never shadows a built-in one)."""
-    builtin = sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
-    folder = user_presets_dir()
-    own = sorted(p.stem for p in folder.glob("*.toml") if p.stem not in builtin) if folder.is_dir() else []
-    return builtin + own
+def _names_in(folder: Path | None) -> list[str]:
+    return (
+        sorted(p.stem for p in folder.glob("*.toml") if PRESET_NAME.match(p.stem)) if folder and folder.is_dir() else []
+    )
 
 
-def save_user_preset(name: str, preset: Preset) -> tuple[Path, bool]:
-    """Write `preset` as the user's preset `name` (`presets check` accepts the file). Returns (its path, whether
-    it replaced one of the user's presets). InvalidJob when the name breaks PRESET_NAME_RULE or is built-in."""
+def preset_names(own: Path | None = None) -> list[str]:
+    """The built-in presets' names, then the user's own (`user_presets_dir`), then those in `own` (a front end's
+    folder for one of its users: the studio keeps one per login or browser); none shadows an earlier one."""
+    names = sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
+    for folder in (user_presets_dir(), own):
+        names += [n for n in _names_in(folder) if n not in names]
+    return names
+
+
+def save_user_preset(name: str, preset: Preset, folder: Path | None = None) -> tuple[Path, bool]:
+    """Write `preset` as preset `name` in `folder` (default `user_presets_dir`; `presets check` accepts the file).
+    Returns (its path, whether it replaced a preset of that folder). InvalidJob when the name breaks
+    PRESET_NAME_RULE, is built-in, or (saving into another folder) is one of `user_presets_dir`'s, which that
+    folder's user may read but not replace."""
     import tomli_w
 
     name = (name or "").strip()
@@ -425,7 +434,10 @@ def save_user_preset(name: str, preset: Preset) -> tuple[Path, bool]:
         raise InvalidJob(f"preset name {name!r} is not allowed: use {PRESET_NAME_RULE}")
     if (PRESETS_DIR / f"{name}.toml").is_file():
         raise InvalidJob(f"{name!r} is a built-in preset; choose another name")
-    folder = user_presets_dir()
+    shared = user_presets_dir()
+    folder = folder or shared
+    if folder != shared and (shared / f"{name}.toml").is_file():
+        raise InvalidJob(f"{name!r} is a shared preset of this server; choose another name")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.toml"
     replaced = path.is_file()
@@ -444,16 +456,17 @@ def _without_none(raw: Any) -> Any:
     return raw
 
 
-def load_preset_raw(name_or_path: str | Path) -> dict[str, Any]:
-    """Read a preset by name (built-in `presets/NAME.toml`, else the user's own) or path; InvalidJob naming the
-    presets when not found."""
+def load_preset_raw(name_or_path: str | Path, own: Path | None = None) -> dict[str, Any]:
+    """Read a preset by name (built-in `presets/NAME.toml`, else the user's own, else `own`'s: see
+    `preset_names`) or path; InvalidJob naming the presets when not found."""
     path = Path(name_or_path)
     if not path.suffix and not path.exists():
-        path = PRESETS_DIR / f"{name_or_path}.toml"
-        if not path.is_file() and PRESET_NAME.match(str(name_or_path)):
-            path = user_presets_dir() / f"{name_or_path}.toml"
+        folders = [PRESETS_DIR, user_presets_dir(), *([own] if own else [])]
+        named = PRESET_NAME.match(str(name_or_path))
+        candidates = [f / f"{name_or_path}.toml" for f in folders[: len(folders) if named else 1]]
+        path = next((c for c in candidates if c.is_file()), candidates[0])
     if not path.is_file():
-        raise InvalidJob(f"preset {str(name_or_path)!r} not found; presets: {', '.join(preset_names())}")
+        raise InvalidJob(f"preset {str(name_or_path)!r} not found; presets: {', '.join(preset_names(own))}")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
