@@ -48,7 +48,11 @@ _UNUSED = "a Gradio feature the studio does not use"
 ROUTES: dict[str, Door] = {
     # Ours (webui/server.py, webui/live_rtc.py).
     "/healthz": Door("open", "nothing: answers while the process runs"),
-    "/readyz": Door("open", "whether the ready preset's models, ffmpeg and free disk are there (for the operator)"),
+    "/readyz": Door(
+        "open",
+        "whether the ready preset's models, ffmpeg and free disk are there (for the operator); files by name, no "
+        "server path",
+    ),
     "/metrics": Door("open", "process counters: jobs, frames, queue depth (no paths, ids or names)"),
     "/api/jobs": Door("route", "with --auth its login: stores its own uploads in a new job folder and queues it"),
     "/api/jobs/{job_id}": Door("route", "the job's status, to the holder of its token"),
