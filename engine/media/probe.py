@@ -7,8 +7,11 @@ packet, so `frame_count` is exact, and their timestamps say when each is shown.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ from engine.core.errors import InvalidInput, MediaError, TruncatedInput
 from engine.media import children, headers, images
 from engine.media import commands as cmd
 from engine.media.headers import Header, Stream
-from engine.media.info import MediaInfo
+from engine.media.info import AudioTrack, MediaInfo, Picture, has_alpha_plane, pixel_depth
 from engine.media.timing import Packet, frame_timing
 from engine.media.tools import find_ffmpeg, find_ffprobe
 
@@ -27,10 +30,12 @@ _PACKET_FLAG_DISCARD = 0x4
 _NOPTS = -(2**63)
 
 
-def probe(path: Path, ffmpeg: str | None = None) -> MediaInfo:
+def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> MediaInfo:
     """Validate a target or source file and describe it; the one place where input files are checked.
 
     ffmpeg: the executable `find_ffmpeg` chose, when the caller has it already (finding one runs `ffmpeg -version`).
+    identify: also hash every packet (`MediaInfo.content_id`) and decode the video's keyframes to find a
+    resolution that changes mid-way (`MediaInfo.sizes`): what a job's target needs, not a file just written.
     Raises InvalidInput, with a one-line message naming the path, when the file is missing, empty, a folder,
     unreadable, not an image or video, or has no video stream (an audio file, say); TruncatedInput, naming the
     expected and present frame counts, for an MP4/MOV cut short (its index lists frames the file lacks).
@@ -41,11 +46,13 @@ def probe(path: Path, ffmpeg: str | None = None) -> MediaInfo:
     image = images.open_image(path)
     if image is not None:
         with image:
-            return images.image_info(path, image)
+            info = images.image_info(path, image)
+        return replace(info, content_id=file_hash(path)) if identify else info
     ffmpeg = ffmpeg if ffmpeg is not None else find_ffmpeg()
     ffprobe = find_ffprobe(ffmpeg)
+    content_id = None
     if ffprobe is not None:
-        data = headers.run_ffprobe(cmd.ffprobe_probe_args(ffprobe, path), path)
+        data = headers.run_ffprobe(cmd.ffprobe_probe_args(ffprobe, path, identify), path)
         header = headers.from_ffprobe(data)
         video = _video_stream(path, header)
         packets, time_base = _packets_from_ffprobe(data, video.index)
@@ -54,6 +61,14 @@ def probe(path: Path, ffmpeg: str | None = None) -> MediaInfo:
         if audio is not None:
             sound, sound_base = _packets_from_ffprobe(data, audio.index)
             audio_start = _first_time(sound, sound_base)
+        ends = video.end if video.end is not None else _tagged_end(video)
+        end = None if ends is None else round(ends / time_base)
+        if identify:
+            content_id = _identity(
+                f"{p.get('stream_index')},{p.get('pts')},{p.get('size')},{p.get('data_hash')}"
+                for p in data.get("packets", [])
+            )
+        chapters = len(data.get("chapters", []))
     else:
         count = children.run(cmd.ffmpeg_count_args(ffmpeg, path))
         header = headers.from_ffmpeg(count.stderr, path)
@@ -67,7 +82,21 @@ def probe(path: Path, ffmpeg: str | None = None) -> MediaInfo:
         packets = [Packet(None if p.pts is None else p.pts + shift, p.duration, p.discard) for p in packets]
         first_audio = _first_time(*streams[1]) if 1 in streams else None
         audio_start = None if first_audio is None else first_audio + header.start
-    return _video_info(path, header, video, packets, time_base, audio_start)
+        tagged = _tagged_end(video)
+        end = None if tagged is None else round(tagged / time_base)
+        if identify:
+            done = children.run(cmd.ffmpeg_identify_args(ffmpeg, path))
+            content_id = _identity(line for line in done.stdout.splitlines() if line and not line.startswith("#"))
+        chapters = len(re.findall(r"^    Chapter #", count.stderr, re.MULTILINE))
+    info = _video_info(path, header, video, packets, time_base, audio_start, end)
+    sizes = _keyframe_sizes(path, ffmpeg, ffprobe, video.rotation) if identify else ()
+    return replace(
+        info,
+        picture=_picture(path, header, video),
+        chapters=chapters,
+        content_id=content_id,
+        sizes=sizes if len(set(sizes)) > 1 else (),
+    )
 
 
 def read_video_metadata(path: Path) -> dict[str, str]:
@@ -77,6 +106,90 @@ def read_video_metadata(path: Path) -> dict[str, str]:
     a key written as "synthetic" reads back as "synthetic" from MP4, MOV and MKV alike.
     """
     return {key.lower(): value for key, value in headers.read_header(Path(path), find_ffmpeg()).tags.items()}
+
+
+def _tagged_end(video: Stream) -> Fraction | None:
+    """Where the video stream ends by its `DURATION` tag (Matroska files written by ffmpeg or mkvmerge carry one
+    per track: "00:00:01.833000000"), from the file's time 0; None without one."""
+    match = re.fullmatch(r"(\d+):(\d\d):(\d\d(?:\.\d+)?)", video.tags.get("duration", "").strip())
+    if match is None:
+        return None
+    hours, minutes, seconds = match.groups()
+    return int(hours) * 3600 + int(minutes) * 60 + Fraction(seconds) + (video.start or 0)
+
+
+def _identity(lines: Iterable[str]) -> str:
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8", "replace") + b"\n")
+    return digest.hexdigest()[:32]
+
+
+def file_hash(path: Path) -> str:
+    """sha256 of a file's bytes (an image, a source photo: small enough to read whole), 32 hex digits."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()[:32]
+
+
+def _keyframe_sizes(path: Path, ffmpeg: str, ffprobe: str | None, rotation: int) -> tuple[tuple[int, int], ...]:
+    """The display size of each keyframe of the video stream, in order (decoding keyframes only)."""
+    if ffprobe is not None:
+        done = children.run(cmd.ffprobe_keyframe_sizes_args(ffprobe, path))
+        found = [tuple(int(v) for v in line.split(",")[:2]) for line in done.stdout.split() if line.count(",") >= 1]
+    else:
+        done = children.run(cmd.ffmpeg_keyframe_sizes_args(ffmpeg, path))
+        found = [(int(w), int(h)) for w, h in re.findall(r"\bs:(\d+)x(\d+)\b", done.stderr)]
+    quarter = rotation in (90, 270)
+    return tuple((h, w) if quarter else (w, h) for w, h in found)  # type: ignore[misc]
+
+
+def _picture(path: Path, header: Header, video: Stream) -> Picture:
+    """The video stream's `Picture`: its pixel format's depth, colour description, upright SAR and alpha."""
+    sar = video.sar if video.rotation not in (90, 270) else 1 / video.sar
+    alpha_mode = video.tags.get("alpha_mode") == "1" and video.codec in ("vp8", "vp9")
+    gif = header.format_name == "gif"
+    alpha = _gif_is_transparent(path) if gif else has_alpha_plane(video.pix_fmt) or alpha_mode
+    return Picture(
+        pix_fmt=video.pix_fmt,
+        depth=pixel_depth(video.pix_fmt),
+        matrix=video.color_space,
+        primaries=video.color_primaries,
+        transfer=video.color_transfer,
+        range=video.color_range,
+        sar=sar,
+        alpha=alpha,
+        alpha_decoder=f"lib{'vpx' if video.codec == 'vp8' else 'vpx-vp9'}" if alpha_mode else None,
+    )
+
+
+def _gif_is_transparent(path: Path) -> bool:
+    """Whether any frame of a GIF marks a colour transparent (a Graphic Control Extension's flag): ffmpeg decodes
+    every GIF to bgra, transparent or not. Walks the file's blocks without decoding the pictures."""
+    data = path.read_bytes()
+    if len(data) < 13 or not data.startswith(b"GIF"):
+        return False
+    packed = data[10]
+    at = 13 + (3 * 2 ** ((packed & 0x07) + 1) if packed & 0x80 else 0)
+    while at < len(data):
+        block = data[at]
+        if block == 0x3B:  # trailer
+            return False
+        if block == 0x21:  # extension: label, then sub-blocks
+            if data[at + 1 : at + 2] == b"\xf9" and at + 3 < len(data) and data[at + 3] & 0x01:
+                return True
+            at += 2
+        elif block == 0x2C:  # image: descriptor, local colour table, LZW code size, then sub-blocks
+            local = data[at + 9] if at + 9 < len(data) else 0
+            at += 10 + (3 * 2 ** ((local & 0x07) + 1) if local & 0x80 else 0) + 1
+        else:
+            return False
+        while at < len(data) and data[at]:  # sub-blocks, each its length then its bytes, ended by a 0
+            at += data[at] + 1
+        at += 1
+    return False
 
 
 def _video_stream(path: Path, header: Header) -> Stream:
@@ -139,6 +252,7 @@ def _video_info(
     packets: Sequence[Packet],
     time_base: Fraction,
     audio_start: Fraction | None,
+    end: int | None = None,
 ) -> MediaInfo:
     if "mp4" in header.format_name.split(","):
         declared = _frames_declared_by_cut_mp4(path)
@@ -149,7 +263,7 @@ def _video_info(
             )
     if not any(not p.discard for p in packets):
         raise InvalidInput(f"{path} has a video stream with no frames in it: re-export or re-download it")
-    timing = frame_timing(packets, time_base)
+    timing = frame_timing(packets, time_base, end)
     frames, duration = timing.frames, timing.duration
     # Denominators up to 1001 hold every broadcast rate (24000/1001, 30000/1001 …) exactly; the error this
     # rounding adds to a variable-rate average is far below one frame over any realistic length.
@@ -178,6 +292,16 @@ def _video_info(
         start_time=timing.first_pts * timing.time_base,
         audio_start=audio_start if audio is not None else None,
         hidden=timing.hidden,
+        audio_tracks=tuple(
+            AudioTrack(n, s.codec, s.channels, s.channel_layout, s.sample_rate, s.tags)
+            for n, s in enumerate(header.of_kind("audio"))
+        ),
+        other_streams=tuple(
+            (s.kind, s.codec) for s in header.streams if s.kind not in ("audio",) and s.index != video.index
+        ),
+        tags={key.lower(): value for key, value in header.tags.items()},
+        video_tags=dict(video.tags),
+        timing_note=timing.note,
     )
 
 
