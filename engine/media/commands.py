@@ -761,7 +761,8 @@ def concat_args(
     if ending is not None:
         args += ending.bsf()
     # Tags come from `metadata` and `video_tags`; the source's streams bring their own (an audio track's language).
-    args += ["-map_chapters", "1" if chapters and audio is not None else "-1"]
+    if chapters and audio is not None:
+        args += ["-map_chapters", "1"]
     for key, value in (video_tags or {}).items():
         args += ["-metadata:s:v:0", f"{key}={value}"]
     return [*args, *metadata_args(muxer, metadata), "-f", muxer, file_url(output)]

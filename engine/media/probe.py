@@ -79,7 +79,7 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
         packets, time_base = streams[0]
         # framecrc's timestamps are counted from the container's start time: put them back on the file's timeline.
         shift = round(header.start / time_base)
-        packets = [Packet(None if p.pts is None else p.pts + shift, p.duration, p.discard) for p in packets]
+        packets = [replace(p, pts=None if p.pts is None else p.pts + shift) for p in packets]
         first_audio = _first_time(*streams[1]) if 1 in streams else None
         audio_start = None if first_audio is None else first_audio + header.start
         tagged = _tagged_end(video)
@@ -293,7 +293,7 @@ def _video_info(
         audio_start=audio_start if audio is not None else None,
         hidden=timing.hidden,
         audio_tracks=tuple(
-            AudioTrack(n, s.codec, s.channels, s.channel_layout, s.sample_rate, s.tags)
+            AudioTrack(n, s.codec, s.channels, _layout(s), s.sample_rate, s.tags)
             for n, s in enumerate(header.of_kind("audio"))
         ),
         other_streams=tuple(
@@ -303,6 +303,19 @@ def _video_info(
         video_tags=dict(video.tags),
         timing_note=timing.note,
     )
+
+
+# ffmpeg's default layout for a channel count: what it prints for a stream whose file names none (ffprobe: "").
+_DEFAULT_LAYOUTS = {1: "mono", 2: "stereo", 3: "2.1", 4: "4.0", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
+
+
+def _layout(stream: Stream) -> str:
+    """The channel layout as ffmpeg names it, the same from ffprobe and from ffmpeg alone ("" for a count with no
+    layout of its own: "12 channels")."""
+    layout = stream.channel_layout
+    if not layout or layout.endswith(" channels"):
+        return _DEFAULT_LAYOUTS.get(stream.channels, "")
+    return layout
 
 
 def _frames_declared_by_cut_mp4(path: Path) -> int | None:

@@ -70,7 +70,8 @@ def frame_timing(packets: Sequence[Packet], time_base: Fraction, end: int | None
     keyframe's. The last frame lasts until `end` (the stream's end in ticks on the file's timeline, when the
     container says where it is: MP4's track duration, Matroska's DURATION tag), else its own packet's duration when
     the container stores one (a GIF's delays), else the median gap between frames: so a one-frame video keeps its
-    frame's duration and a GIF its last delay. A stream whose packets carry no timing at all is taken as 25 fps,
+    frame's duration and a GIF its last delay; a duration within half the median gap of it is taken as the
+    median (rounding, not a longer frame). A stream whose packets carry no timing at all is taken as 25 fps,
     frame i at i / 25 s.
 
     Timestamps that repeat or jump back (two recordings joined end to end, a muxer's mistake) cannot be put in
@@ -91,6 +92,11 @@ def frame_timing(packets: Sequence[Packet], time_base: Fraction, end: int | None
             own = end - last.pts  # type: ignore[operator]
         elif last.duration > 0 and note is None:
             own = last.duration
+        # The container's own last duration where it is clearly the frame's own (a GIF's long last delay, a held
+        # last frame); within half the usual gap of it, it is rounding (Matroska's milliseconds, an edit list's
+        # cut), and the usual gap keeps a constant-rate clip at its exact rate.
+        if abs(own - median) * 2 <= median:
+            own = median
         ticks = stamps[-1] - stamps[0] + (own or median)
         if ticks > 0 and median > 0:
             relative = tuple(t - stamps[0] for t in stamps)
@@ -105,23 +111,35 @@ def frame_timing(packets: Sequence[Packet], time_base: Fraction, end: int | None
     return Timing(count, count / FALLBACK_FPS, False, tuple(range(count)), 1 / FALLBACK_FPS, 0, hidden)
 
 
+# The most packets a decoder reorders (H.264's and HEVC's largest picture buffer is 16 frames).
+_REORDER_WINDOW = 16
+
+
 def mend(pts: Sequence[int], keys: Sequence[bool]) -> tuple[list[int], str | None]:
     """Presentation times (ticks, ascending, one per frame) for the timestamps `pts` of a stream's frames in file
     order (`keys`: which are keyframes), and a note when they had to be mended (else None).
 
     Timestamps normally ascend once B-frame reordering is undone: a keyframe is never shown before a frame stored
     ahead of it. One that is (an earlier timestamp than any before it) starts a new part: the file jumps back, as
-    recordings joined end to end do. Each part keeps its own gaps and is moved to start one gap after the part
-    before it ends, so the frames are timed in the order the decoder gives them. Within a part, a timestamp
-    shared by two frames times the part at its median gap.
+    recordings joined end to end do. (Where every packet is marked a keyframe, so the marks say nothing, a jump is
+    a timestamp earlier than one stored more than `_REORDER_WINDOW` packets before it: further than any decoder
+    reorders.) Each part keeps its own gaps and is moved to start one gap after the part before it ends, so the
+    frames are timed in the order the decoder gives them. Within a part, a timestamp shared by two frames times
+    the part at its median gap.
     """
+    marked = not all(keys)
     parts: list[list[int]] = [[]]
-    highest: int | None = None
+    highest: list[int] = []  # the highest timestamp of the current part up to each of its packets
     for stamp, key in zip(pts, keys, strict=True):
-        if key and highest is not None and stamp <= highest and parts[-1]:
+        if marked:
+            jump = key and bool(highest) and stamp <= highest[-1]
+        else:
+            jump = len(highest) > _REORDER_WINDOW and stamp < highest[-_REORDER_WINDOW - 1]
+        if jump:
             parts.append([])
+            highest = []
         parts[-1].append(stamp)
-        highest = stamp if highest is None else max(stamp, highest)
+        highest.append(max(stamp, highest[-1]) if highest else stamp)
     repeats = 0
     mended: list[int] = []
     for part in parts:

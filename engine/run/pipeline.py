@@ -133,8 +133,8 @@ def _render_image(
 def _deliver(
     claim: OutputClaim, staged: Path, job: Job, info: media.MediaInfo, span: media.Span, report: Callable[[], RunReport]
 ) -> RunReport:
-    """Deliver the staged output; its report (and so its sidecar) is made once the file is sealed, since it records
-    what the seal did."""
+    """Deliver the staged output; its report (and so its sidecar) is made just before the file is sealed: it records
+    what the seal does, and the signature records its digest."""
     made: list[RunReport] = []
 
     def sidecar() -> str:
