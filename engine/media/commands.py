@@ -197,6 +197,14 @@ def ffmpeg_keyframe_sizes_args(ffmpeg: str, path: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def gif_alpha_args(ffmpeg: str, path: Path, frames: int) -> list[str]:
+    """ffmpeg decoding the first `frames` frames of a GIF to their alpha planes (gray, a byte a pixel) on stdout."""
+    return [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", file_url(path), "-map", "0:V:0",
+        "-frames:v", str(frames), "-vf", "format=rgba,alphaextract", "-f", "rawvideo", "-pix_fmt", "gray", "pipe:1",
+    ]  # fmt: skip
+
+
 def ffmpeg_identify_args(ffmpeg: str, path: Path) -> list[str]:
     """ffmpeg copying every stream's packets, undecoded, to the `framecrc` muxer on stdout (a line per packet with
     its size and an Adler-32 of its bytes): the content's identity without ffprobe."""

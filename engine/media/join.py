@@ -53,8 +53,9 @@ def join_segments(
     tracks: which of the source's streams go in and how (`cmd.Track`; None: its first audio stream); chapters: the
         source's chapters too; video_tags: the video stream's tags (`cmd.concat_args`). picture: how the segments
         were encoded (a GIF's alpha and sample aspect ratio; `FrameWriter`'s).
-    The last frame keeps its duration `last` (a one-frame video, a GIF's last delay): checked where ffprobe can
-    tell it (ffmpeg alone cannot, for a file that leaves frame durations out).
+    The last frame keeps its duration `last` (a one-frame video, a GIF's last delay): checked where it can be read
+    back (ffprobe's MP4/MOV track end, a GIF's delays; Matroska keeps it in its segment's duration only, and ffmpeg
+    alone cannot tell it for a file that leaves frame durations out).
     Like `FrameWriter`, the file is made under a temp name, checked to hold exactly the frames of the parts at
     their times, and only then renamed to `output`; on any error or interruption ffmpeg is stopped and the temp
     file deleted (DiskFull for a full disk, MediaError for another failure).
@@ -94,7 +95,9 @@ def join_segments(
         except FacestudioError as exc:
             children.check_room(output)
             raise MediaError(f"the joined {output} cannot be read back: {exc}") from exc
-        check_times(written, times, counts[-1], output, last if find_ffprobe(ffmpeg) is not None else None)
+        # The last frame's end is read back where it can be: ffprobe's MP4/MOV track end, a GIF's last delay.
+        readable = gif or (find_ffprobe(ffmpeg) is not None and cmd.muxer_for(output) in ("mp4", "mov"))
+        check_times(written, times, counts[-1], output, last if readable else None)
         os.replace(partial, output)
     except OSError as exc:
         children.stop(process, drain)

@@ -61,8 +61,10 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
         if audio is not None:
             sound, sound_base = _packets_from_ffprobe(data, audio.index)
             audio_start = _first_time(sound, sound_base)
-        ends = video.end if video.end is not None else _tagged_end(video)
-        end = None if ends is None else round(ends / time_base)
+        # Only MP4's and MOV's stream end is where the last frame ends (their edit list or track duration);
+        # Matroska's and others' is rounded or counts other things, and their packets say it where they can.
+        mov = bool({"mp4", "mov"} & set(header.format_name.split(",")))
+        end = None if video.end is None or not mov else round(video.end / time_base)
         if identify:
             content_id = _identity(
                 f"{p.get('stream_index')},{p.get('pts')},{p.get('size')},{p.get('data_hash')}"
@@ -82,8 +84,7 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
         packets = [replace(p, pts=None if p.pts is None else p.pts + shift) for p in packets]
         first_audio = _first_time(*streams[1]) if 1 in streams else None
         audio_start = None if first_audio is None else first_audio + header.start
-        tagged = _tagged_end(video)
-        end = None if tagged is None else round(tagged / time_base)
+        end = None
         if identify:
             done = children.run(cmd.ffmpeg_identify_args(ffmpeg, path))
             content_id = _identity(line for line in done.stdout.splitlines() if line and not line.startswith("#"))
@@ -92,7 +93,7 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
     sizes = _keyframe_sizes(path, ffmpeg, ffprobe, video.rotation) if identify else ()
     return replace(
         info,
-        picture=_picture(path, header, video),
+        picture=_picture(path, header, video, ffmpeg),
         chapters=chapters,
         content_id=content_id,
         sizes=sizes if len(set(sizes)) > 1 else (),
@@ -106,16 +107,6 @@ def read_video_metadata(path: Path) -> dict[str, str]:
     a key written as "synthetic" reads back as "synthetic" from MP4, MOV and MKV alike.
     """
     return {key.lower(): value for key, value in headers.read_header(Path(path), find_ffmpeg()).tags.items()}
-
-
-def _tagged_end(video: Stream) -> Fraction | None:
-    """Where the video stream ends by its `DURATION` tag (Matroska files written by ffmpeg or mkvmerge carry one
-    per track: "00:00:01.833000000"), from the file's time 0; None without one."""
-    match = re.fullmatch(r"(\d+):(\d\d):(\d\d(?:\.\d+)?)", video.tags.get("duration", "").strip())
-    if match is None:
-        return None
-    hours, minutes, seconds = match.groups()
-    return int(hours) * 3600 + int(minutes) * 60 + Fraction(seconds) + (video.start or 0)
 
 
 def _identity(lines: Iterable[str]) -> str:
@@ -146,12 +137,12 @@ def _keyframe_sizes(path: Path, ffmpeg: str, ffprobe: str | None, rotation: int)
     return tuple((h, w) if quarter else (w, h) for w, h in found)  # type: ignore[misc]
 
 
-def _picture(path: Path, header: Header, video: Stream) -> Picture:
+def _picture(path: Path, header: Header, video: Stream, ffmpeg: str) -> Picture:
     """The video stream's `Picture`: its pixel format's depth, colour description, upright SAR and alpha."""
     sar = video.sar if video.rotation not in (90, 270) else 1 / video.sar
     alpha_mode = video.tags.get("alpha_mode") == "1" and video.codec in ("vp8", "vp9")
     gif = header.format_name == "gif"
-    alpha = _gif_is_transparent(path) if gif else has_alpha_plane(video.pix_fmt) or alpha_mode
+    alpha = _gif_is_transparent(path, ffmpeg) if gif else has_alpha_plane(video.pix_fmt) or alpha_mode
     return Picture(
         pix_fmt=video.pix_fmt,
         depth=pixel_depth(video.pix_fmt),
@@ -165,9 +156,23 @@ def _picture(path: Path, header: Header, video: Stream) -> Picture:
     )
 
 
-def _gif_is_transparent(path: Path) -> bool:
-    """Whether any frame of a GIF marks a colour transparent (a Graphic Control Extension's flag): ffmpeg decodes
-    every GIF to bgra, transparent or not. Walks the file's blocks without decoding the pictures."""
+def _gif_is_transparent(path: Path, ffmpeg: str) -> bool:
+    """Whether a GIF shows transparent pixels. ffmpeg decodes every GIF to bgra, and encoders mark a colour
+    transparent in later frames to leave the pixels of the one before (ffmpeg's own does): only a GIF whose frames
+    mark one at all (a Graphic Control Extension's flag; its blocks walked, pictures not decoded) has its first
+    frames' alpha decoded, and is transparent when a pixel of them is."""
+    if not _gif_marks_transparency(path):
+        return False
+    done = children.run_bytes(cmd.gif_alpha_args(ffmpeg, path, _GIF_ALPHA_FRAMES))
+    return done.returncode == 0 and bool(done.stdout) and min(done.stdout) < 255
+
+
+# How many frames of a GIF that marks a transparent colour are decoded to see whether any pixel is.
+_GIF_ALPHA_FRAMES = 100
+
+
+def _gif_marks_transparency(path: Path) -> bool:
+    """Whether any frame of a GIF marks a colour transparent (a Graphic Control Extension's flag)."""
     data = path.read_bytes()
     if len(data) < 13 or not data.startswith(b"GIF"):
         return False
