@@ -50,7 +50,6 @@ class Stream:
     names, "unknown" where the file does not say; sar: the sample (pixel) aspect ratio as stored, 1 when unknown.
     Audio: sample_rate (Hz), channels, channel_layout (ffmpeg's name: "stereo", "5.1", "12 channels"; "" unknown).
     tags: the stream's own tags (language, title, handler_name, alpha_mode …), keys lower-cased.
-    end: where the stream ends in seconds on the file's timeline when ffprobe says (None otherwise).
     time_base: seconds per tick of its timestamps (None when not said)."""
 
     index: int
@@ -71,7 +70,6 @@ class Stream:
     channels: int = 0
     channel_layout: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
-    end: Fraction | None = None
     time_base: Fraction | None = None
 
 
@@ -160,12 +158,6 @@ def _ratio(text: Any) -> Fraction:
     return value if value > 0 else Fraction(1)
 
 
-def _end(stream: Mapping[str, Any]) -> Fraction | None:
-    """Where a stream ends on the file's timeline, from ffprobe's start and duration (None when it does not say)."""
-    start, duration = _seconds(stream.get("start_time")), _seconds(stream.get("duration"))
-    return None if start is None or duration is None else start + duration
-
-
 def from_ffprobe(data: Mapping[str, Any]) -> Header:
     streams = []
     for s in data.get("streams", []):
@@ -190,7 +182,6 @@ def from_ffprobe(data: Mapping[str, Any]) -> Header:
                 channels=int(s.get("channels", 0) or 0),
                 channel_layout=str(s.get("channel_layout", "")),
                 tags={str(k).lower(): str(v) for k, v in s.get("tags", {}).items()},
-                end=_end(s),
                 time_base=parse_rational(s["time_base"]) if s.get("time_base") else None,
             )
         )

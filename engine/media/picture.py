@@ -155,6 +155,8 @@ def plan(
                 f"{info.path.name} has transparency (an alpha channel), which {encoder} cannot keep: use "
                 f"video.encoder=auto ({wanted} in this container), or set video.alpha=drop to flatten it"
             )
+    if keep_alpha:
+        notes.append(f"alpha: kept ({'ProRes 4444' if encoder == 'prores_ks' else 'VP9 with alpha'})")
     matrix, range_ = _output_colour(picture, info.width, info.height)
     colorspace, primaries, transfer = _tags(picture, info.width, info.height)
     eight, ten = _FORMATS.get(encoder, ("yuv420p", None))

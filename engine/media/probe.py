@@ -61,10 +61,6 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
         if audio is not None:
             sound, sound_base = _packets_from_ffprobe(data, audio.index)
             audio_start = _first_time(sound, sound_base)
-        # Only MP4's and MOV's stream end is where the last frame ends (their edit list or track duration);
-        # Matroska's and others' is rounded or counts other things, and their packets say it where they can.
-        mov = bool({"mp4", "mov"} & set(header.format_name.split(",")))
-        end = None if video.end is None or not mov else round(video.end / time_base)
         if identify:
             content_id = _identity(
                 f"{p.get('stream_index')},{p.get('pts')},{p.get('size')},{p.get('data_hash')}"
@@ -84,13 +80,23 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
         packets = [replace(p, pts=None if p.pts is None else p.pts + shift) for p in packets]
         first_audio = _first_time(*streams[1]) if 1 in streams else None
         audio_start = None if first_audio is None else first_audio + header.start
-        end = None
         if identify:
             done = children.run(cmd.ffmpeg_identify_args(ffmpeg, path))
             content_id = _identity(line for line in done.stdout.splitlines() if line and not line.startswith("#"))
         chapters = len(re.findall(r"^    Chapter #", count.stderr, re.MULTILINE))
-    info = _video_info(path, header, video, packets, time_base, audio_start, end)
+    # An MP4's or MOV's index says where its video ends (Matroska's and others' ends are rounded or count other
+    # streams: their packets say it where they can) and, for a cut file, how many frames it should hold.
+    mov = bool({"mp4", "mov"} & set(header.format_name.split(",")))
+    moov, cut = _read_moov(path) if mov else (None, False)
+    ends = _video_track_end(moov)
+    end = None if ends is None else round(ends / time_base)
+    info = _video_info(
+        path, header, video, packets, time_base, audio_start, end, _frames_declared_by_cut_mp4(moov, cut)
+    )
     sizes = _keyframe_sizes(path, ffmpeg, ffprobe, video.rotation) if identify else ()
+    if len(set(sizes)) > 1:
+        # The stream's size, as the demuxer reports it, may be any of them: every frame is fitted into the first.
+        info = replace(info, width=sizes[0][0], height=sizes[0][1])
     return replace(
         info,
         picture=_picture(path, header, video, ffmpeg),
@@ -258,14 +264,13 @@ def _video_info(
     time_base: Fraction,
     audio_start: Fraction | None,
     end: int | None = None,
+    declared: int | None = None,
 ) -> MediaInfo:
-    if "mp4" in header.format_name.split(","):
-        declared = _frames_declared_by_cut_mp4(path)
-        if declared is not None and declared > len(packets):
-            raise TruncatedInput(
-                f"{path} is cut short (expected {declared} frames, the file holds {len(packets)}): "
-                "re-export or re-download it"
-            )
+    if declared is not None and declared > len(packets):
+        raise TruncatedInput(
+            f"{path} is cut short (expected {declared} frames, the file holds {len(packets)}): "
+            "re-export or re-download it"
+        )
     if not any(not p.discard for p in packets):
         raise InvalidInput(f"{path} has a video stream with no frames in it: re-export or re-download it")
     timing = frame_timing(packets, time_base, end)
@@ -323,17 +328,11 @@ def _layout(stream: Stream) -> str:
     return layout
 
 
-def _frames_declared_by_cut_mp4(path: Path) -> int | None:
-    """For an MP4/MOV file that ends before its last top-level box does (a cut download or copy), the sample
-    count the index (`moov`) declares for its first video track; None when the file is whole or it is unknown.
-
-    ffmpeg reads a cut file without failing: it just stops at the last complete frame. Comparing with the
-    index is the only way to tell, and the same in the ffprobe and the ffmpeg-only path. Only a cut file is
-    compared: in a whole one, an edit list may legitimately hide samples the index lists (a trimmed clip).
-    """
+def _read_moov(path: Path) -> tuple[bytes | None, bool]:
+    """An MP4/MOV file's index (its `moov` box's payload, None when there is none) and whether the file ends before
+    its last top-level box does (a cut download or copy)."""
     size = path.stat().st_size
     moov: bytes | None = None
-    cut = False
     with path.open("rb") as f:
         offset = 0
         while offset + 8 <= size:
@@ -343,32 +342,71 @@ def _frames_declared_by_cut_mp4(path: Path) -> int | None:
             header = 8
             if box_size == 1:  # 64-bit size follows the type
                 if len(head) < 16:
-                    cut = True
-                    break
+                    return moov, True
                 box_size, header = struct.unpack(">Q", head[8:16])[0], 16
             elif box_size == 0:  # the box runs to the end of the file
                 box_size = size - offset
             if box_size < header:
-                return None  # not a box structure we understand
+                return None, False  # not a box structure we understand
             if offset + box_size > size:
-                cut = True
-                break
+                return moov, True
             if box_type == b"moov":
                 f.seek(offset + header)
                 moov = f.read(box_size - header)
             offset += box_size
-    if not cut or moov is None:
-        return None
+    return moov, False
+
+
+def _video_trak(moov: bytes) -> bytes | None:
+    """The first video track (`trak` whose handler is `vide`) of an index."""
     for trak in _boxes(moov, b"trak"):
         mdia = next(_boxes(trak, b"mdia"), b"")
         handler = next(_boxes(mdia, b"hdlr"), b"")
-        if handler[8:12] != b"vide":  # hdlr: version/flags (4), pre_defined (4), handler_type (4)
-            continue
-        stbl = next(_boxes(next(_boxes(mdia, b"minf"), b""), b"stbl"), b"")
-        sizes = next(_boxes(stbl, b"stsz"), None) or next(_boxes(stbl, b"stz2"), None)
-        # stsz: version/flags, sample_size, sample_count; stz2: version/flags, reserved + field_size, sample_count
-        return struct.unpack(">I", sizes[8:12])[0] if sizes is not None and len(sizes) >= 12 else None
+        if handler[8:12] == b"vide":  # hdlr: version/flags (4), pre_defined (4), handler_type (4)
+            return trak
     return None
+
+
+def _frames_declared_by_cut_mp4(moov: bytes | None, cut: bool) -> int | None:
+    """For an MP4/MOV file that ends before its last top-level box does (a cut download or copy), the sample
+    count the index (`moov`) declares for its first video track; None when the file is whole or it is unknown.
+
+    ffmpeg reads a cut file without failing: it just stops at the last complete frame. Comparing with the
+    index is the only way to tell, and the same in the ffprobe and the ffmpeg-only path. Only a cut file is
+    compared: in a whole one, an edit list may legitimately hide samples the index lists (a trimmed clip).
+    """
+    trak = _video_trak(moov) if cut and moov is not None else None
+    if trak is None:
+        return None
+    mdia = next(_boxes(trak, b"mdia"), b"")
+    stbl = next(_boxes(next(_boxes(mdia, b"minf"), b""), b"stbl"), b"")
+    sizes = next(_boxes(stbl, b"stsz"), None) or next(_boxes(stbl, b"stz2"), None)
+    # stsz: version/flags, sample_size, sample_count; stz2: version/flags, reserved + field_size, sample_count
+    return struct.unpack(">I", sizes[8:12])[0] if sizes is not None and len(sizes) >= 12 else None
+
+
+def _video_track_end(moov: bytes | None) -> Fraction | None:
+    """Where an MP4/MOV file's first video track ends on its presentation timeline, seconds: its `tkhd` duration
+    (its edits' total, in the `mvhd` time scale), which players show it for. ffprobe's stream duration is the
+    samples' decode-time total instead, short of the end by a reordered last frame's offset. None where the index
+    says none (a fragmented MP4)."""
+    if moov is None:
+        return None
+    mvhd = next(_boxes(moov, b"mvhd"), b"")
+    trak = _video_trak(moov)
+    tkhd = next(_boxes(trak, b"tkhd"), b"") if trak is not None else b""
+    if len(mvhd) < 20 or len(tkhd) < 28:
+        return None
+    # mvhd: version/flags, creation and modification (4 or 8 each), time scale (4), duration; tkhd: version/flags,
+    # creation and modification (4 or 8 each), track id (4), reserved (4), duration (4 or 8).
+    scale = struct.unpack(">I", mvhd[20:24] if mvhd[0] == 1 else mvhd[12:16])[0]
+    if tkhd[0] == 1:
+        duration = struct.unpack(">Q", tkhd[28:36])[0] if len(tkhd) >= 36 else 0
+    else:
+        duration = struct.unpack(">I", tkhd[20:24])[0]
+    if not scale or not duration or duration in (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF):
+        return None
+    return Fraction(duration, scale)
 
 
 def _boxes(data: bytes, wanted: bytes) -> Iterator[bytes]:

@@ -111,8 +111,9 @@ def _audio(info: MediaInfo, muxer: str, cut: bool, notes: list[str]) -> list[cmd
                 if keep and not cut
                 else "set video.keep_audio=false"
             )
+            layout = f" ({track.layout})" if track.layout else ""
             raise InvalidInput(
-                f"{info.path.name}'s audio track {track.number + 1} has {track.channels} channels ({track.layout}), "
+                f"{info.path.name}'s audio track {track.number + 1} has {track.channels} channels{layout}, "
                 f"and {encoder} in {_CONTAINER_NAMES[muxer]} holds at most {most}: {instead}"
             )
         rate = None
