@@ -372,7 +372,8 @@ def _conversion(how: Decoding) -> list[str]:
         options.append(f"in_range={how.range}")
     filters = [f"scale={':'.join(options)}"] if options else []
     if how.letterbox and how.size is not None:
-        filters.append(f"pad={how.size[0]}:{how.size[1]}:-1:-1:color=black@0")
+        # Re-evaluated at every frame: a frame of another size comes to the same filters (`-reinit_filter 0`).
+        filters.append(f"pad={how.size[0]}:{how.size[1]}:-1:-1:color=black@0:eval=frame")
     if how.alpha:
         filters += ["format=rgba", "alphaextract"]
     return filters

@@ -9,7 +9,8 @@ at 10 where the encoder can (processing itself is 8-bit). The sample aspect rati
 frames are upright, so a quarter turn inverts it). Transparency is kept by an encoder that can hold it in the
 chosen container (ProRes 4444 in MOV, VP9 in WebM or Matroska, lossless RGBA segments for a GIF) or refused.
 
-Pure: nothing here runs a process, but `encoder_formats` (what an encoder takes) is asked of ffmpeg by the caller.
+Pure: nothing here runs a process; what pixel formats an encoder takes in the ffmpeg in use is asked by the
+caller (`tools.encoder_pixel_formats`) and passed in.
 """
 
 from __future__ import annotations

@@ -323,7 +323,7 @@ def _layout(stream: Stream) -> str:
     """The channel layout as ffmpeg names it, the same from ffprobe and from ffmpeg alone ("" for a count with no
     layout of its own: "12 channels")."""
     layout = stream.channel_layout
-    if not layout or layout.endswith(" channels"):
+    if not layout or re.match(r"\d+ channels\b", layout):  # "12 channels (FL+FR+…)": a count, not a named layout
         return _DEFAULT_LAYOUTS.get(stream.channels, "")
     return layout
 

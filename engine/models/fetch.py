@@ -182,7 +182,10 @@ def check_writable(folder: Path, items: Sequence[Downloadable]) -> None:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as exc:
-        why = "read-only" if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) else exc.strerror or "not a folder"
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            why = "read-only"
+        else:
+            why = f"not a writable folder ({exc.strerror or exc})"
         listing = ", ".join(item.filename for item in items)
         raise ModelUnavailable(
             f"cannot download {listing} into {folder}: {existing} is {why}; set FACESTUDIO_MODELS to a writable "
