@@ -73,7 +73,7 @@ class FrameWriter:
         last: Fraction | None = None,
         alpha: Iterable[npt.NDArray[np.uint8]] | None = None,
     ) -> None:
-        """output: .mp4, .m4v, .mov or .mkv path; its folder must exist.
+        """output: .mp4, .m4v, .mov, .mkv or .webm path; its folder must exist.
         width, height: size of the frames that will be written, pixels.
         times: when each frame is shown (`FrameTimes.constant(rate)` for a constant rate; a span's
             `output_times()`), counted from the first frame.
