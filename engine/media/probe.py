@@ -28,6 +28,9 @@ from engine.media.tools import find_ffmpeg, find_ffprobe
 _PACKET_FLAG_KEY = 0x1
 _PACKET_FLAG_DISCARD = 0x4
 _NOPTS = -(2**63)
+# Decoders that decode every frame when asked for keyframes only, and the longest stream looked at with them.
+_DECODE_EVERY_FRAME = frozenset({"vp8", "vp9", "av1"})
+_LONGEST_FULL_LOOK = 1500
 
 
 def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> MediaInfo:
@@ -35,7 +38,8 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
 
     ffmpeg: the executable `find_ffmpeg` chose, when the caller has it already (finding one runs `ffmpeg -version`).
     identify: also hash every packet (`MediaInfo.content_id`) and decode the video's keyframes to find a
-    resolution that changes mid-way (`MediaInfo.sizes`): what a job's target needs, not a file just written.
+    resolution that changes mid-way (`MediaInfo.sizes`; not for VP8, VP9 or AV1 over 1500 frames, whose decoders
+    would decode every frame): what a job's target needs, not a file just written.
     Raises InvalidInput, with a one-line message naming the path, when the file is missing, empty, a folder,
     unreadable, not an image or video, or has no video stream (an audio file, say); TruncatedInput, naming the
     expected and present frame counts, for an MP4/MOV cut short (its index lists frames the file lacks).
@@ -93,7 +97,10 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
     info = _video_info(
         path, header, video, packets, time_base, audio_start, end, _frames_declared_by_cut_mp4(moov, cut)
     )
-    sizes = _keyframe_sizes(path, ffmpeg, ffprobe, video.rotation) if identify else ()
+    # Keyframes only: where the decoder honours that (H.264, HEVC …) it costs little; VP8's, VP9's and AV1's decode
+    # every frame regardless, so a long one is not looked at (its frames are still scaled to the first size).
+    everything = video.codec in _DECODE_EVERY_FRAME and info.frame_count > _LONGEST_FULL_LOOK
+    sizes = _keyframe_sizes(path, ffmpeg, ffprobe, video.rotation) if identify and not everything else ()
     if len(set(sizes)) > 1:
         # The stream's size, as the demuxer reports it, may be any of them: every frame is fitted into the first.
         info = replace(info, width=sizes[0][0], height=sizes[0][1])
