@@ -104,14 +104,12 @@ def command(args: argparse.Namespace, engine: Any = None) -> int:
         args.source = args.source or [demo.source_photo()]
     if args.workers is not None and args.cluster is None:
         raise UsageError("--workers needs --cluster")
-    if args.source_face is not None:
-        if args.source_face < 0:
-            raise UsageError(
-                f"--source-face takes 0 (the largest) or N ≥ 1 (the Nth from the left), got {args.source_face}"
-            )
-        args.set = [*args.set, f"faces.source_face={args.source_face}"]
-    if args.strip_metadata:
-        args.set = [*args.set, "video.keep_metadata=false"]
+    if args.source_face is not None and args.source_face < 0:
+        raise UsageError(f"--source-face takes 0 (the largest) or N ≥ 1 (from the left), got {args.source_face}")
+    # The two flags are settings; a batch calls this once per target with the same arguments: added once.
+    flags = [f"faces.source_face={args.source_face}"] if args.source_face is not None else []
+    flags += ["video.keep_metadata=false"] if args.strip_metadata else []
+    args.set = [*args.set, *(flag for flag in flags if flag not in args.set)]
     job = job_from_args(args)
     for setting in job.ignored_settings():
         print(f"note: {setting} is ignored with these settings", file=sys.stderr)
