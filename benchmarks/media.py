@@ -4,8 +4,9 @@
 
 For 720p and 1080p clips (H.264, generated here), it measures in fresh subprocesses, interleaved and repeated:
 
-- `before`: `engine/video.py` of git revision REV (default eed266e, the last one that has it): its FrameReader,
-  and its FrameWriter at the job defaults (libx264, crf 18, preset medium);
+- `before`: the media layer of git revision REV (default eed266e, the last with `engine/video.py`; a revision with
+  `engine/media/`, such as `main`, is measured through that package): its FrameReader, and its FrameWriter at the
+  job defaults (libx264, crf 18, preset medium);
 - `after`: this checkout's `engine.media`, the same (each frame timed by its `FrameTimes`);
 - `pyav`: decoding and encoding inside the Python process with PyAV (`pip install av`; skipped without it), the
   same frames, encoder settings and colour conversion;
@@ -93,7 +94,7 @@ def _encode(implementation: str, frames: list[Any], out: Path) -> int:
                 container.mux(packet)
         return len(frames)
     module = _module(implementation)
-    if implementation == "before":
+    if not hasattr(module, "FrameTimes"):  # engine/video.py: a rate string, the audio and tags by position
         writer = module.FrameWriter(out, width, height, f"{RATE}/1", None, {})
     else:
         writer = module.FrameWriter(out, width, height, module.FrameTimes.constant(Fraction(RATE)))
@@ -105,7 +106,13 @@ def _encode(implementation: str, frames: list[Any], out: Path) -> int:
 
 def _module(implementation: str) -> Any:
     if implementation == "before":
-        from engine import video  # the revision's own package, first on sys.path
+        import engine  # the revision's own package, first on sys.path
+
+        if (Path(engine.__file__).parent / "media").is_dir():
+            from engine import media
+
+            return media
+        from engine import video  # type: ignore[attr-defined]
 
         return video
     from engine import media
@@ -152,8 +159,8 @@ def _before_tree(revision: str, folder: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "engine"], capture_output=True, check=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(folder, filter="data")
-    if not (folder / "engine" / "video.py").is_file():
-        raise SystemExit(f"{revision} has no engine/video.py to measure as 'before'")
+    if not (folder / "engine" / "video.py").is_file() and not (folder / "engine" / "media").is_dir():
+        raise SystemExit(f"{revision} has neither engine/video.py nor engine/media/ to measure as 'before'")
     return folder
 
 
@@ -184,7 +191,7 @@ def _has_pyav() -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--before", default="eed266e", help="git revision whose engine/video.py is 'before'")
+    parser.add_argument("--before", default="eed266e", help="git revision whose media layer is 'before' (e.g. main)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--frames", type=int, default=60, help="frames an encode writes at 720p (1080p: half)")
     parser.add_argument("--json", type=Path, help="also write the figures here")

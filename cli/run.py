@@ -32,6 +32,13 @@ def add(sub: Any, summary: str) -> None:
     )
     run.add_argument("--source", type=Path, action="append", default=[], help="source face image (repeatable)")
     run.add_argument(
+        "--source-face",
+        type=int,
+        metavar="N",
+        help="a source photo with several faces: take the Nth from the left (0: the largest, the default); the "
+        "summary says how many it has",
+    )
+    run.add_argument(
         "--map",
         action="append",
         default=[],
@@ -67,6 +74,11 @@ def add(sub: Any, summary: str) -> None:
     run.add_argument("--demo", action="store_true", help="make a demo clip from a bundled photo and process it")
     run.add_argument("--yes", action="store_true", help="acknowledge the responsible-use notice for this run")
     run.add_argument("--overwrite", action="store_true", help="replace the output file if it already exists")
+    run.add_argument(
+        "--strip-metadata",
+        action="store_true",
+        help="leave the target's tags, chapters, subtitles, EXIF and ICC profile out (only the synthetic-media tags)",
+    )
     run.add_argument("--sign-cert", type=Path, metavar="PEM", help="certificate chain to sign the Content Credentials")
     run.add_argument("--sign-key", type=Path, metavar="PEM", help="its private key (default: this installation's key)")
     run.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -92,6 +104,12 @@ def command(args: argparse.Namespace, engine: Any = None) -> int:
         args.source = args.source or [demo.source_photo()]
     if args.workers is not None and args.cluster is None:
         raise UsageError("--workers needs --cluster")
+    if args.source_face is not None and args.source_face < 0:
+        raise UsageError(f"--source-face takes 0 (the largest) or N ≥ 1 (from the left), got {args.source_face}")
+    # The two flags are settings; a batch calls this once per target with the same arguments: added once.
+    flags = [f"faces.source_face={args.source_face}"] if args.source_face is not None else []
+    flags += ["video.keep_metadata=false"] if args.strip_metadata else []
+    args.set = [*args.set, *(flag for flag in flags if flag not in args.set)]
     job = job_from_args(args)
     for setting in job.ignored_settings():
         print(f"note: {setting} is ignored with these settings", file=sys.stderr)
@@ -118,7 +136,8 @@ def command(args: argparse.Namespace, engine: Any = None) -> int:
         )  # fmt: skip
     w0, h0 = report.input_size
     w1, h1 = report.output_size
-    audio = "audio kept" if report.audio else "no audio"
+    tracks = report.audio_tracks
+    audio = f"{tracks} audio tracks kept" if tracks > 1 else "audio kept" if report.audio else "no audio"
     faces = ""
     if report.frames_without_face is not None:
         faces = f", {report.faces_processed} faces processed, {report.frames_without_face} frames without a face"

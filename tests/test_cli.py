@@ -82,7 +82,9 @@ def test_acceptance_run(clip: Path, enhanced: dict[str, Path], backend: str) -> 
     assert sidecar["synthetic"] is True
     assert sidecar["job"]["runtime"]["backend"] == backend
     assert sidecar["processors"]["frame_enhancer"]["backend"] == backend
-    assert sidecar["output"] == {"path": str(out), "frames": 12, "width": 192, "height": 128, "audio": True}
+    assert sidecar["output"] == {
+        "path": str(out), "frames": 12, "width": 192, "height": 128, "audio": True, "audio_tracks": 1,
+    }  # fmt: skip
     # The enhancer really enhanced: the output is not a plain resize of the input.
     up = read_frames(out)[5]
     plain = np.repeat(np.repeat(read_frames(clip)[5], 2, axis=0), 2, axis=1)

@@ -29,6 +29,7 @@ from mediakit import VFR_SETPTS, beep_time, flash_and_beep, flash_time, seconds
 from PIL import Image
 
 import cli
+import cli.run
 from engine import media as video
 from engine.core.types import Frame
 from engine.media import demo
@@ -550,9 +551,9 @@ def _full_output_disk(d: Path) -> Setup:
     setup.output = disk / "out.mp4"
     join = segmented.VideoJob.join
 
-    def fill_then_join(self: segmented.VideoJob, output: Path) -> video.MediaInfo:
+    def fill_then_join(self: segmented.VideoJob, output: Path, *rest: object) -> video.MediaInfo:
         _fill(disk, 4096)
-        return join(self, output)
+        return join(self, output, *rest)  # type: ignore[arg-type]
 
     setup.patch = lambda monkeypatch: monkeypatch.setattr(segmented.VideoJob, "join", fill_then_join)
     setup.env["FACESTUDIO_JOBS"] = str(d.parent / "jobs")
@@ -827,7 +828,7 @@ def test_the_guide_table_lists_every_case() -> None:
 def test_demo_remakes_its_own_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`run --demo` writes to its own output each time; an existing file is only refused when the user named it."""
     make_clip = demo.make_clip
-    monkeypatch.setattr(cli, "DEMO_DIR", tmp_path)
+    monkeypatch.setattr(cli.run, "DEMO_DIR", tmp_path)
     monkeypatch.setattr(demo, "make_clip", lambda path: make_clip(path, *SIZE, count=2, fps=12))
     for _ in range(2):
         assert cli.main(["run", "--demo", "--yes", *ENHANCE]) == 0

@@ -439,7 +439,11 @@ def test_source_identity_averages_raw_descriptors(
     analyser: EmbeddedAnalyser, astronaut: np.ndarray, astronaut_face: Face
 ):
     mirrored = np.ascontiguousarray(astronaut[:, ::-1])
-    identity, found = source_identity(analyser, [astronaut, mirrored], ["a.png", "a-mirrored.png"])
+    identity, found, choices = source_identity(analyser, [astronaut, mirrored], ["a.png", "a-mirrored.png"])
+    assert [(c.file, c.faces, c.used, c.by) for c in choices] == [
+        ("a.png", 1, 1, "largest"),
+        ("a-mirrored.png", 1, 1, "largest"),
+    ]
     assert identity.shape == (128,) and identity.dtype == np.float32
     embeddings = [face.embedding for _, face in found]
     assert np.allclose(identity, np.mean(embeddings, axis=0), atol=1e-6)

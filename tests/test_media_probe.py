@@ -13,6 +13,7 @@ from PIL import Image
 from engine import media
 from engine.core.errors import InvalidInput, TruncatedInput
 from engine.media import MediaInfo, probe
+from engine.media.info import AudioTrack, Picture
 
 pytest_plugins = ["mediafixtures"]
 
@@ -25,7 +26,11 @@ def test_probe_cfr_clip(clips: dict[str, Path], probe_path: str) -> None:
         pix_fmt="yuv420p", format_name="mov,mp4,m4a,3gp,3g2,mj2",
         time_base=Fraction(1, 12800), timestamps=tuple(range(0, 25 * 512, 512)),
         start_time=Fraction(0), audio_start=Fraction(0), hidden=0,
+        picture=Picture(pix_fmt="yuv420p", depth=8, sar=Fraction(1)),
+        audio_tracks=(AudioTrack(0, "aac", 1, "mono", 48000, info.audio_tracks[0].tags),),
+        tags=info.tags, video_tags=info.video_tags,
     )  # fmt: skip
+    assert info.tags["major_brand"] == "isom" and info.audio_tracks[0].tags["handler_name"] == "SoundHandler"
 
 
 def test_probe_ntsc_rate_is_exact(clips: dict[str, Path], probe_path: str) -> None:
@@ -39,9 +44,10 @@ def test_probe_vfr_clip(clips: dict[str, Path], probe_path: str) -> None:
     info = probe(clips["vfr.mp4"])
     assert info.vfr
     assert info.frame_count == 25
-    # Gaps of 1/25 s up to frame 10, then 3/25 s; the last frame lasts the median gap: (52 + 3) / 25 s.
-    assert info.duration == pytest.approx(55 / 25)
-    assert info.fps_rational == "125/11"
+    # Gaps of 1/25 s up to frame 10, then 3/25 s; the last frame lasts what the MP4 says it does, its own 1/25 s
+    # (not the median gap): (52 + 1) / 25 s, as ffprobe reports the file's duration.
+    assert info.duration == pytest.approx(53 / 25)
+    assert info.fps_rational == "625/53"
 
 
 def test_probe_gives_each_frame_of_a_variable_rate_clip_its_time(clips: dict[str, Path], probe_path: str) -> None:

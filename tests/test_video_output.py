@@ -82,7 +82,9 @@ def test_cli_trimmed_run(clip: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     assert (info.frame_count, info.fps_rational, info.duration) == (24, "24/1", 1.0)
     assert abs(audio_seconds(output) - 1.0) <= 0.05
     written = sidecar(output)
-    assert written["output"] == {"path": str(output), "frames": 24, "width": 64, "height": 48, "audio": True}
+    assert written["output"] == {
+        "path": str(output), "frames": 24, "width": 64, "height": 48, "audio": True, "audio_tracks": 1,
+    }  # fmt: skip
     assert written["span"] == {"start": 0.5, "end": 1.5, "fps": "24/1"}
     assert written["job"]["video"]["trim_start"] == 0.5 and written["job"]["video"]["trim_end"] == 1.5
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
@@ -82,34 +84,88 @@ def select(
     return chosen
 
 
+@dataclass(frozen=True)
+class SourceChoice:
+    """Which face of one source photo a job took: `file` (its name), `faces` found in it, `used` the face taken,
+    numbered from the left (1 = leftmost), `largest` the one that is largest, `by` what chose it ("largest", the
+    default, or "source_face", the job's `faces.source_face`), and `box` (x1, y1, x2, y2, photo pixels)."""
+
+    file: str
+    faces: int
+    used: int
+    largest: int
+    by: str
+    box: tuple[float, float, float, float]
+
+    def summary(self) -> str:
+        """One line for a photo with several faces (the run's summary), saying which was taken and how to pick
+        another."""
+        which = "the largest" if self.used == self.largest else f"face {self.used}"
+        others = f"1–{self.faces}" if self.faces > 2 else ("1" if self.used == 2 else "2")
+        return (
+            f"source: {self.file} has {self.faces} faces; used {which} ({_nth(self.used)} from the left): "
+            f"--source-face {others} (faces.source_face) takes {'another' if self.faces > 2 else 'the other'}"
+        )
+
+
+def _nth(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def source_identity(
-    analyser: FaceAnalyser, images: Sequence[Frame], names: Sequence[str]
-) -> tuple[npt.NDArray[np.float32], list[tuple[Frame, Face]]]:
+    analyser: FaceAnalyser, images: Sequence[Frame], names: Sequence[str], pick: int = 0
+) -> tuple[npt.NDArray[np.float32], list[tuple[Frame, Face]], list[SourceChoice]]:
     """The identity of the source person, from one or more photos (H×W×3 uint8 RGB; `names` for messages).
 
-    Each image's largest face is detected, landmarked and embedded. Returns the mean embedding (raw mean for
-    recognisers with raw descriptors such as dlib's; mean re-normalised to unit length for L2-normalised ones
-    such as ArcFace) and each image with its face. Raises NoFaceInSource naming every image without a face.
+    Each photo's faces are detected; the one taken is its largest (`pick` 0), or its `pick`th from the left in a
+    photo with several (a photo with one face gives that one). It is landmarked and embedded. Returns the mean
+    embedding (raw mean for recognisers with raw descriptors such as dlib's; mean re-normalised to unit length
+    for L2-normalised ones such as ArcFace), each image with its face, and each photo's `SourceChoice`. Raises
+    NoFaceInSource naming every image without a face (with the smallest face the analyser finds, and the setting
+    that finds smaller ones); InvalidInput when `pick` is past a photo's faces.
     """
     if len(images) != len(names):
         raise ValueError(f"{len(images)} source images but {len(names)} names")
     if not images:
         raise InvalidInput("no source image given: pass at least one with --source")
     found: list[tuple[Frame, Face]] = []
+    choices: list[SourceChoice] = []
     missing: list[str] = []
     for image, name in zip(images, names, strict=True):
-        faces = order_faces(analyser.detect(image), "largest")
+        faces = order_faces(analyser.detect(image), "left-right")
         if not faces:
             missing.append(name)
             continue
-        found.append((image, analyser.embed(image, faces[:1])[0]))
+        largest = faces.index(order_faces(faces, "largest")[0])
+        if pick > len(faces) and len(faces) > 1:
+            raise InvalidInput(
+                f"faces.source_face={pick}, but the source image {name} has {len(faces)} faces: choose 1–"
+                f"{len(faces)} (from the left), or 0 for the largest"
+            )
+        index = pick - 1 if pick and len(faces) > 1 else largest
+        face = faces[index]
+        by = "source_face" if pick and len(faces) > 1 else "largest"
+        choices.append(SourceChoice(Path(name).name, len(faces), index + 1, largest + 1, by, face.box))
+        found.append((image, analyser.embed(image, [face])[0]))
     if missing:
         raise NoFaceInSource(
-            f"no face found in source image{'s' if len(missing) > 1 else ''} {', '.join(missing)}: "
-            "use a photo with a clear, frontal face"
+            f"no face found in source image{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+            f"{smallest_face_hint(analyser)}: use a photo with a clear, frontal face"
         )
     log.debug("source identity from %d image(s)", len(found))
-    return mean_embedding([face.embedding for _, face in found]), found
+    return mean_embedding([face.embedding for _, face in found]), found, choices
+
+
+def smallest_face_hint(analyser: FaceAnalyser) -> str:
+    """ ", searched for faces of at least 40 px (faces.min_face=20 finds smaller ones, more slowly)" for an
+    analyser that says its smallest face (the embedded one), "" for one that does not."""
+    smallest = getattr(analyser, "min_face", None)
+    if not isinstance(smallest, int | float):
+        return ""
+    return (
+        f" (searched for faces of at least {smallest:g} px; faces.min_face={max(10, round(smallest / 2))} finds "
+        "smaller ones, more slowly)"
+    )
 
 
 def mean_embedding(embeddings: Sequence[npt.ArrayLike | None]) -> npt.NDArray[np.float32]:

@@ -68,7 +68,20 @@ class VideoSettings(_Settings):
         default="veryfast",
         description="encoder speed: slower presets make smaller files at the same quality (NVENC: p1 … p7)",
     )
-    keep_audio: bool = Field(default=True, description="copy the target's first audio stream into the output")
+    keep_audio: bool = Field(
+        default=True, description="keep the target's audio tracks (copied where the container holds them)"
+    )
+    # Images too: the tags, text chunks, EXIF and ICC profile of an image target.
+    keep_metadata: bool = Field(
+        default=True,
+        description="keep the target's tags (title, dates, location, camera EXIF, ICC profile), chapters and "
+        "subtitles; off: only the synthetic-media tags",
+    )
+    alpha: Literal["keep", "drop"] = Field(
+        default="keep",
+        description="a target with transparency: keep it (ProRes 4444 in .mov, VP9 in .webm/.mkv, a GIF's "
+        "transparent colour; MP4 is refused) or drop it (opaque frames)",
+    )
     fps: Annotated[float | None, Shown(unit="fps")] = Field(
         default=None,
         ge=1.0,
@@ -223,6 +236,20 @@ class FacesSettings(_Settings):
     )
     reference_distance: Annotated[float | None, Shown(when={"selector": ("reference",)})] = Field(
         default=None, gt=0.0, description="same-person threshold (empty: the analyser's)"
+    )
+    source_face: Annotated[int, Shown(advanced=True)] = Field(
+        default=0,
+        ge=0,
+        description="which face of a source photo with several: 0 the largest, N the Nth from the left "
+        "(`run --source-face N`)",
+    )
+    min_face: Annotated[float | None, Shown(unit="px", when={"analyser": ("embedded",)}, advanced=True)] = Field(
+        default=None,
+        ge=10.0,
+        le=400.0,
+        allow_inf_nan=False,
+        description="smallest face the embedded analyser finds, box side in pixels (empty: 40 for HOG, 80 for "
+        "CNN); smaller finds smaller faces, slower (each halving about 4×)",
     )
     people: Annotated[tuple[PersonSources, ...], Shown(when={"selector": ("map",)})] = Field(
         default=(),

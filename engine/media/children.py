@@ -119,6 +119,14 @@ def run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
         raise MediaError(f"cannot run {args[0]}: {exc.strerror}") from exc
 
 
+def run_bytes(args: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
+    """`run`, with stdout as bytes (raw frames, alpha planes)."""
+    try:
+        return subprocess.run(args, capture_output=True, check=False, env=_env())
+    except OSError as exc:
+        raise MediaError(f"cannot run {args[0]}: {exc.strerror}") from exc
+
+
 def start(args: Sequence[str], stdin: int | None, stdout: int | None) -> tuple[subprocess.Popen[bytes], Stderr]:
     """Start a child with its stderr drained on a thread; stdin/stdout are `subprocess.PIPE` or `DEVNULL`."""
     group: dict[str, Any] = (

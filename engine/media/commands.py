@@ -28,8 +28,8 @@ from pathlib import Path
 
 from engine.core.errors import InvalidInput
 
-# Output extension -> ffmpeg muxer. Only containers that can hold H.264 and HEVC are offered: WebM, for one, cannot.
-MUXERS: Mapping[str, str] = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"}
+# Output extension -> ffmpeg muxer. WebM holds VP9 (and AV1) only: a video there is VP9, with its alpha if it has one.
+MUXERS: Mapping[str, str] = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska", ".webm": "webm"}
 # An animated GIF output: its segments are encoded losslessly (INTERMEDIATE_ENCODER) and only the join makes GIF.
 GIF_SUFFIX = ".gif"
 # GIF frame delays are whole hundredths of a second.
@@ -44,18 +44,34 @@ COPYABLE_AUDIO: Mapping[str, frozenset[str]] = {
     "mp4": _LOSSY_AUDIO | {"alac", "opus"},
     "mov": _LOSSY_AUDIO | _PCM_AUDIO | {"alac", "pcm_s16be"},
     "matroska": _LOSSY_AUDIO | _PCM_AUDIO | {"alac", "opus", "vorbis", "flac", "dts", "truehd"},
+    "webm": frozenset({"opus", "vorbis"}),
 }
+# The audio encoder for what a container cannot copy (with its bitrate), and the most channels it takes.
+AUDIO_ENCODER: Mapping[str, str] = {"mp4": "aac", "mov": "aac", "matroska": "aac", "webm": "libopus"}
+AUDIO_MAX_CHANNELS: Mapping[str, int] = {"aac": 8, "libopus": 8}
+# AAC's highest sample rate; Opus runs at 48 kHz only. Audio above (a recorder's 192 kHz) is resampled to 48 kHz.
+AUDIO_MAX_RATE: Mapping[str, int] = {"aac": 96000, "libopus": 48000}
+# Subtitle codecs each muxer stores as they are; text subtitles go into MP4/MOV as mov_text.
+COPYABLE_SUBTITLES: Mapping[str, frozenset[str]] = {
+    "mp4": frozenset({"mov_text"}), "mov": frozenset({"mov_text"}),
+    "matroska": frozenset({"subrip", "ass", "ssa", "webvtt", "mov_text", "hdmv_pgs_subtitle", "dvd_subtitle",
+                           "dvb_subtitle"}),
+    "webm": frozenset({"webvtt"}),
+}  # fmt: skip
+TEXT_SUBTITLES = frozenset({"subrip", "ass", "ssa", "webvtt", "mov_text", "text"})
 
-# AAC bitrate when the source audio has to be re-encoded: transparent for stereo speech and music.
+# AAC bitrate when the source audio has to be re-encoded: transparent for stereo speech and music; Opus's (WebM).
 AAC_BITRATE = "192k"
+OPUS_BITRATE = "160k"
 
 X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 
 # NVIDIA's hardware encoders (NVENC): H.264, HEVC and (Ada and newer GPUs) AV1, fed the same yuv420p frames.
 NVENC_ENCODERS = ("h264_nvenc", "hevc_nvenc", "av1_nvenc")
 # Video encoders a job can name; libx265 takes the same crf scale and preset names as libx264, and NVENC gets both
-# mapped onto its own (`nvenc_quality_args`, NVENC_PRESETS).
-VIDEO_ENCODERS = ("libx264", "libx265", *NVENC_ENCODERS)
+# mapped onto its own (`nvenc_quality_args`, NVENC_PRESETS); VP9 (WebM, or alpha in Matroska) and ProRes (MOV, and
+# ProRes 4444 for alpha) get theirs too (`video_codec_args`).
+VIDEO_ENCODERS = ("libx264", "libx265", *NVENC_ENCODERS, "libvpx-vp9", "prores_ks")
 # What `video.encoder` accepts: an encoder, or `auto` (NVENC where it is proven to work here, else libx264:
 # engine.media.encode.choose_encoder).
 ENCODER_CHOICES = ("auto", *VIDEO_ENCODERS)
@@ -63,12 +79,26 @@ ENCODER_CHOICES = ("auto", *VIDEO_ENCODERS)
 AUTO_HARDWARE, AUTO_SOFTWARE = "h264_nvenc", "libx264"
 # Lossless RGB H.264 for segments that are only an intermediate (of a GIF output): no colour conversion, no loss.
 INTERMEDIATE_ENCODER = "libx264rgb"
-# The largest width and height each encoder accepts: x264's 16384; x265 is bounded by the MP4/MOV headers'
-# 16-bit size fields; NVENC by its hardware (4096 for H.264, 8192 for HEVC and AV1); a GIF by its lossless x264
-# segments.
+# The same for a GIF of a target with transparency: QuickTime Animation keeps RGBA losslessly.
+GIF_ALPHA_ENCODER = "qtrle"
+# The largest width and height each encoder accepts: x264's 16384; x265, ProRes and QuickTime Animation are bounded
+# by the MOV/MP4 headers' 16-bit size fields; libvpx's VP9 by 16384 (measured); NVENC by its hardware (4096 for
+# H.264, 8192 for HEVC and AV1); a GIF by its lossless x264 segments.
 MAX_SIDE: Mapping[str, int] = {
-    "libx264": 16384, "libx264rgb": 16384, "libx265": 65535, "gif": 16384,
-    "h264_nvenc": 4096, "hevc_nvenc": 8192, "av1_nvenc": 8192,
+    "libx264": 16384, "libx264rgb": 16384, "libx265": 65535, "gif": 16384, "qtrle": 65535, "prores_ks": 65535,
+    "libvpx-vp9": 16384, "h264_nvenc": 4096, "hevc_nvenc": 8192, "av1_nvenc": 8192,
+}  # fmt: skip
+# The smallest width and height each encoder accepts, where it has a floor: x265 refuses frames under 16×16 ("Image
+# size is too small"); NVENC's are the largest NVIDIA reports across its GPU generations (not measured here).
+MIN_SIZE: Mapping[str, tuple[int, int]] = {
+    "libx265": (16, 16), "h264_nvenc": (146, 145), "hevc_nvenc": (132, 129), "av1_nvenc": (128, 128),
+}  # fmt: skip
+# Which containers (muxers) each encoder's video goes into, where not all of them.
+CONTAINERS: Mapping[str, frozenset[str]] = {
+    "libx264": frozenset({"mp4", "mov", "matroska"}), "libx265": frozenset({"mp4", "mov", "matroska"}),
+    "h264_nvenc": frozenset({"mp4", "mov", "matroska"}), "hevc_nvenc": frozenset({"mp4", "mov", "matroska"}),
+    "av1_nvenc": frozenset({"mp4", "matroska", "webm"}), "libvpx-vp9": frozenset({"mp4", "matroska", "webm"}),
+    "prores_ks": frozenset({"mov", "matroska"}),
 }  # fmt: skip
 # x264 preset → NVENC preset (p1 fastest … p7 best; FFmpeg's default is p4, which `medium` maps to).
 NVENC_PRESETS: Mapping[str, str] = {
@@ -86,9 +116,6 @@ NVDEC_10BIT = frozenset({"yuv420p10le", "p010le"})
 NVDEC_MIN_SIDE = 128
 # ffmpeg's messages when NVDEC cannot take a stream after all: it then decodes it on the CPU, frames intact.
 NVDEC_FALLBACK = re.compile(r"nvdec|cuvid|hwaccel|Hardware is lacking|Failed setup for format cuda", re.IGNORECASE)
-# libx265 refuses smaller frames ("Image size is too small").
-_X265_MIN_SIZE = 16
-
 _RATIONAL = re.compile(r"^[1-9][0-9]*(/[1-9][0-9]*)?$")
 
 
@@ -134,18 +161,56 @@ def ffprobe_header_args(ffprobe: str, path: Path) -> list[str]:
     return [ffprobe, "-v", "error", "-print_format", "json", "-show_format", "-show_streams", file_url(path)]
 
 
-def ffprobe_probe_args(ffprobe: str, path: Path) -> list[str]:
-    """ffprobe printing the container, every stream and every packet as JSON.
+def ffprobe_probe_args(ffprobe: str, path: Path, identify: bool = False) -> list[str]:
+    """ffprobe printing the container, every stream, its chapters and every packet as JSON.
 
     Each packet carries `stream_index`, `pts`, `duration` (in its stream's `time_base`) and `flags` (`D` marks
     a packet the demuxer asks decoders to discard, e.g. before an edit list's start). Counting the packets
     of the video stream that are not discarded gives the exact frame count, and their timestamps give the
     exact duration and whether the frame rate varies. Compact JSON keeps one packet per line. Streams carry
-    `start_time`, so the audio's start can be compared with the first frame's.
+    `start_time`, so the audio's start can be compared with the first frame's. With `identify`, each packet
+    also carries its `size` and a CRC32 of its bytes (`data_hash`): what the content's identity is made of.
     """
+    entries = "packet=stream_index,pts,duration,flags" + (",size,data_hash" if identify else "")
+    hashing = ["-show_data_hash", "CRC32"] if identify else []
     return [
-        ffprobe, "-v", "error", "-print_format", "json=compact=1", "-show_format", "-show_streams",
-        "-show_entries", "packet=stream_index,pts,duration,flags", file_url(path),
+        ffprobe, "-v", "error", "-print_format", "json=compact=1", "-show_format", "-show_streams", "-show_chapters",
+        *hashing, "-show_entries", entries, file_url(path),
+    ]  # fmt: skip
+
+
+def ffprobe_keyframe_sizes_args(ffprobe: str, path: Path) -> list[str]:
+    """ffprobe decoding only the keyframes of the first video stream and printing each one's stored size as
+    `width,height` lines: a stream's resolution can only change at a keyframe (a new sequence header)."""
+    return [
+        ffprobe, "-v", "error", "-select_streams", "V:0", "-skip_frame", "nokey", "-show_entries",
+        "frame=width,height", "-of", "csv=p=0", file_url(path),
+    ]  # fmt: skip
+
+
+def ffmpeg_keyframe_sizes_args(ffmpeg: str, path: Path) -> list[str]:
+    """ffmpeg decoding only the keyframes of the first video stream, as stored (no rotation), each described by
+    the `showinfo` filter on stderr (`… s:64x48 …`): `ffprobe_keyframe_sizes_args` without ffprobe."""
+    return [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-skip_frame", "nokey", "-noautorotate", "-i", file_url(path),
+        "-map", "0:V:0", "-vf", "showinfo", "-f", "null", "-",
+    ]  # fmt: skip
+
+
+def gif_alpha_args(ffmpeg: str, path: Path, frames: int) -> list[str]:
+    """ffmpeg decoding the first `frames` frames of a GIF to their alpha planes (gray, a byte a pixel) on stdout."""
+    return [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", file_url(path), "-map", "0:V:0",
+        "-frames:v", str(frames), "-vf", "format=rgba,alphaextract", "-f", "rawvideo", "-pix_fmt", "gray", "pipe:1",
+    ]  # fmt: skip
+
+
+def ffmpeg_identify_args(ffmpeg: str, path: Path) -> list[str]:
+    """ffmpeg copying every stream's packets, undecoded, to the `framecrc` muxer on stdout (a line per packet with
+    its size and an Adler-32 of its bytes): the content's identity without ffprobe."""
+    return [
+        ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-i", file_url(path),
+        "-map", "0", "-c", "copy", "-copyinkf", "-f", "framecrc", "pipe:1",
     ]  # fmt: skip
 
 
@@ -179,11 +244,42 @@ def encoders_args(ffmpeg: str) -> list[str]:
     return [ffmpeg, "-nostdin", "-hide_banner", "-encoders"]
 
 
+def encoder_help_args(ffmpeg: str, encoder: str) -> list[str]:
+    """ffmpeg describing `encoder` on stdout, with a `Supported pixel formats: …` line."""
+    return [ffmpeg, "-nostdin", "-hide_banner", "-h", f"encoder={encoder}"]
+
+
 def encoder_test_args(ffmpeg: str, encoder: str) -> list[str]:
     """ffmpeg encoding one black 256×256 frame with `encoder` and discarding it: exit status 0 when the encoder
     really works here (a hardware encoder such as h264_nvenc can be built in and still lack its GPU or driver)."""
     return [ffmpeg, "-nostdin", "-hide_banner", "-v", "error", "-f", "lavfi", "-i", "color=c=black:s=256x256:r=25",
             "-frames:v", "1", "-c:v", encoder, "-f", "null", "-"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How a decode turns the stored pictures into frames, beyond `decode_args`' span (all optional):
+
+    size: (width, height) every frame comes out at, the probed display size, so a frame of another size (a
+        resolution that changes mid-way) can never break the pipe; letterbox: fit such frames inside that size
+        with their aspect kept, on black, instead of scaling them to it.
+    matrix, range: the YCbCr matrix (swscale's name: bt709, smpte170m, bt2020 …) and range ("tv", "pc") to convert
+        to RGB with (None: what the frames say, or swscale's default).
+    convert: a filter that comes first (the `colorspace` filter that takes a GIF's frames to sRGB).
+    decoder: the ffmpeg decoder to use (libvpx-vp9 for VP9 with alpha), None for ffmpeg's choice.
+    retime: (time base, setpts expression) giving frame N its time, for a file whose own timestamps repeat or jump
+        back: a trim or resample then selects by the probed times, not the file's.
+    alpha: decode the alpha plane instead (one byte a pixel, 255 = opaque, `gray`).
+    """
+
+    size: tuple[int, int] | None = None
+    letterbox: bool = False
+    matrix: str | None = None
+    range: str | None = None
+    convert: str | None = None
+    decoder: str | None = None
+    retime: tuple[str, str] | None = None
+    alpha: bool = False
 
 
 def decode_args(
@@ -195,12 +291,15 @@ def decode_args(
     max_frames: int | None = None,
     major: int = 7,
     hwaccel: bool = False,
+    how: Decoding = Decoding(),
 ) -> list[str]:
-    """ffmpeg decoding the first video stream of `path` to raw rgb24 frames on stdout.
+    """ffmpeg decoding the first video stream of `path` to raw rgb24 frames on stdout (or, with `how.alpha`,
+    their alpha planes as gray).
 
     Frames come out in presentation order, upright (ffmpeg's default autorotate applies the display matrix,
     so their size is the display size) and each exactly once (`-fps_mode passthrough`). Only errors are
-    logged on stderr, so anything there means the input is damaged.
+    logged on stderr, so anything there means the input is damaged. The filter graph is never rebuilt
+    (`-reinit_filter 0`): a frame of another size goes through the same filters, and `how.size` brings it back.
 
     start_pts, end_pts: keep only the frames whose presentation time, counted from the first frame in the video
         stream's time base, is in [start_pts, end_pts) (end_pts None: to the end). Integers, so the selection is
@@ -215,6 +314,7 @@ def decode_args(
     hwaccel: decode on the GPU (NVDEC, `-hwaccel cuda`; only where `nvdec_allows` the stream and the machine's
         CUDA device works): the decoded pictures come back to the host and are converted there as usual, so the
         frames and their order are those of a CPU decode.
+    how: size, colour conversion, decoder, retiming and alpha (`Decoding`).
     """
     if start_pts < 0:
         raise ValueError(f"start_pts must be ≥ 0, got {start_pts}")
@@ -228,7 +328,9 @@ def decode_args(
         # After an end cut, how many slots the last kept frame fills depends on the duration ffmpeg gives it,
         # which varies with the container; ending by frame count (max_frames) is exact.
         raise ValueError("end a resampled span with max_frames, not end_pts")
-    filters: list[str] = []
+    filters: list[str] = [how.convert] if how.convert else []
+    if how.retime is not None:
+        filters.append(f"settb={how.retime[0]},setpts='{how.retime[1]}'")
     if start_pts or end_pts is not None or fps_rational is not None:
         # Timestamps are counted from the first frame, then shifted so the span starts at 0: `trim` and `fps`
         # then work on that timeline whatever the container's start time is.
@@ -239,16 +341,42 @@ def decode_args(
         # round=up maps a frame to the first slot at or after its start, so a slot shows the frame on screen at
         # its time (sample and hold); start_time=0 puts slot 0 at the span's start.
         filters.append(f"fps=fps={fps_rational}:start_time=0:round=up")
+    filters += _conversion(how)
     args = [ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error"]
     if hwaccel:
         args += ["-hwaccel", "cuda"]
-    args += ["-i", file_url(path), "-map", "0:V:0"]
+    if how.decoder is not None:
+        args += ["-c:v", how.decoder]
+    # One filter graph for the whole stream: rebuilt at a change of frame size, it would restart the frame count
+    # and the start time that the retiming, trim and resampling filters hold (the `scale` filter takes the change).
+    args += ["-reinit_filter", "0", "-i", file_url(path), "-map", "0:V:0"]
     if filters:
         args += ["-vf", ",".join(filters)]
     args += ["-fps_mode", "passthrough", "-enc_time_base", "demux" if major >= 7 else "-1"]
     if max_frames is not None:
         args += ["-frames:v", str(max_frames)]
-    return [*args, "-f", "rawvideo", "-pix_fmt", "rgb24", "pipe:1"]
+    return [*args, "-f", "rawvideo", "-pix_fmt", "gray" if how.alpha else "rgb24", "pipe:1"]
+
+
+def _conversion(how: Decoding) -> list[str]:
+    """The filters that bring each frame to the decode's size and colour (none when nothing is asked)."""
+    options = []
+    if how.size is not None:
+        width, height = how.size
+        options.append(f"w={width}:h={height}")
+        if how.letterbox:
+            options.append("force_original_aspect_ratio=decrease")
+    if how.matrix is not None:
+        options.append(f"in_color_matrix={how.matrix}")
+    if how.range is not None:
+        options.append(f"in_range={how.range}")
+    filters = [f"scale={':'.join(options)}"] if options else []
+    if how.letterbox and how.size is not None:
+        # Re-evaluated at every frame: a frame of another size comes to the same filters (`-reinit_filter 0`).
+        filters.append(f"pad={how.size[0]}:{how.size[1]}:-1:-1:color=black@0:eval=frame")
+    if how.alpha:
+        filters += ["format=rgba", "alphaextract"]
+    return filters
 
 
 def nvdec_allows(codec: str | None, pix_fmt: str, width: int, height: int) -> bool:
@@ -268,19 +396,24 @@ def hwaccel_test_args(ffmpeg: str) -> list[str]:
 
 
 def muxer_for(output: Path) -> str:
-    """The ffmpeg muxer for an output path, from its extension; InvalidInput for one that cannot hold H.264."""
+    """The ffmpeg muxer for an output path, from its extension; InvalidInput for a container not offered."""
     muxer = MUXERS.get(output.suffix.lower())
     if muxer is None:
-        raise InvalidInput(
-            f"cannot write video to {output}: the extension must be one of {', '.join(MUXERS)} (H.264/HEVC output)"
-        )
+        raise InvalidInput(f"cannot write video to {output}: the extension must be one of {', '.join(MUXERS)}")
     return muxer
 
 
 def check_container(output: Path, encoder: str) -> None:
-    """InvalidInput when `output`'s container cannot hold what `encoder` makes (AV1: MP4 or MKV, not MOV)."""
-    if encoder == "av1_nvenc" and muxer_for(output) == "mov":
-        raise InvalidInput(f"cannot write AV1 to {output.name}: MOV cannot hold AV1; use .mp4 or .mkv")
+    """InvalidInput when `output`'s container cannot hold what `encoder` makes (AV1 and VP9: not MOV; H.264 and
+    HEVC: not WebM; ProRes: MOV or MKV)."""
+    muxer = muxer_for(output)
+    holds = CONTAINERS.get(encoder)
+    if holds is not None and muxer not in holds:
+        endings = ", ".join(suffix for suffix, m in MUXERS.items() if m in holds and suffix != ".m4v")
+        raise InvalidInput(
+            f"cannot write {encoder} video to {output.name}: {muxer.upper()} cannot hold it; use {endings}"
+            + (", or video.encoder=auto (VP9)" if muxer == "webm" else "")
+        )
 
 
 def seconds_arg(seconds: float | Fraction) -> str:
@@ -334,12 +467,28 @@ def _hevc(encoder: str) -> bool:
     return encoder in ("libx265", "hevc_nvenc")
 
 
-def video_codec_args(muxer: str, encoder: str, crf: int, preset: str) -> list[str]:
+# x264 preset → libvpx's `-cpu-used` at `-deadline good` (0 slowest and best … 5 fastest).
+_VP9_SPEED: Mapping[str, int] = {
+    "ultrafast": 5, "superfast": 5, "veryfast": 4, "faster": 4, "fast": 3, "medium": 2, "slow": 1, "slower": 1,
+    "veryslow": 0,
+}  # fmt: skip
+
+
+def video_codec_args(muxer: str, encoder: str, crf: int, preset: str, alpha: bool = False) -> list[str]:
     """`-c:v` and its quality settings. libx265 logs only errors (its own info lines would otherwise fill stderr,
     which is kept for error messages); HEVC is tagged `hvc1` in MP4/MOV, the tag Apple players require. NVENC gets
-    the x264 preset as its own (NVENC_PRESETS) and the CRF as its constant quality (`nvenc_quality_args`)."""
+    the x264 preset as its own (NVENC_PRESETS) and the CRF as its constant quality (`nvenc_quality_args`); VP9 its
+    constant quality on its 0–63 scale (crf × 63/51) and the preset as its speed; ProRes is HQ, or 4444 with
+    `alpha` (its quality follows its profile); QuickTime Animation is lossless."""
     if encoder == INTERMEDIATE_ENCODER:
         return ["-c:v", encoder, "-preset", preset, "-qp", "0"]
+    if encoder == GIF_ALPHA_ENCODER:
+        return ["-c:v", encoder]
+    if encoder == "prores_ks":
+        return ["-c:v", encoder, "-profile:v", "4444" if alpha else "hq", "-vendor", "apl0"]
+    if encoder == "libvpx-vp9":
+        return ["-c:v", encoder, "-crf", str(round(crf * 63 / 51)), "-b:v", "0", "-deadline", "good",
+                "-cpu-used", str(_VP9_SPEED[preset]), "-row-mt", "1"]  # fmt: skip
     if encoder in NVENC_ENCODERS:
         args = ["-c:v", encoder, "-preset", NVENC_PRESETS[preset], *nvenc_quality_args(encoder, crf)]
     else:
@@ -349,6 +498,56 @@ def video_codec_args(muxer: str, encoder: str, crf: int, preset: str) -> list[st
     if _hevc(encoder) and muxer in ("mp4", "mov"):
         args += ["-tag:v", "hvc1"]
     return args
+
+
+@dataclass(frozen=True)
+class OutputPicture:
+    """How frames are encoded so the output shows what the target showed (`engine.media.picture.plan` decides it
+    per job; the default is H.264 BT.709 limited-range yuv420p with square pixels).
+
+    encoder: the ffmpeg encoder; pix_fmt: what it is given ("yuv420p", "yuv420p10le", "p010le", "yuva444p10le",
+        "argb", "rgb24" …).
+    matrix, range: swscale's matrix name and "tv"/"pc" for the RGB → YCbCr conversion (matrix None for an RGB
+        encoder); colorspace, primaries, transfer: the tags written (ffmpeg's names; the range is tagged too).
+    sar: the sample aspect ratio written (1 for square pixels); alpha: frames arrive with their alpha plane (RGBA).
+    convert: a filter the target's frames are decoded through first (a GIF's: its colours to sRGB).
+    notes: what the run's summary says about these choices (a depth or an alpha that could not be kept …).
+    """
+
+    encoder: str = "libx264"
+    pix_fmt: str = "yuv420p"
+    matrix: str | None = "bt709"
+    range: str = "tv"
+    colorspace: str = "bt709"
+    primaries: str = "bt709"
+    transfer: str = "bt709"
+    sar: Fraction = Fraction(1)
+    alpha: bool = False
+    notes: tuple[str, ...] = ()
+    convert: str | None = None
+
+    @property
+    def suffix(self) -> str:
+        """The container its segments are written in: MP4 (exact frame times) for what MP4 holds, MOV for ProRes
+        and QuickTime Animation, Matroska for VP9 (its alpha travels in Matroska's BlockAdditions)."""
+        if self.encoder in ("prores_ks", GIF_ALPHA_ENCODER):
+            return ".mov"
+        return ".mkv" if self.encoder == "libvpx-vp9" else ".mp4"
+
+    @property
+    def pad(self) -> tuple[int, int]:
+        """(rows, columns) an odd frame size needs added for the pixel format's chroma subsampling: 4:2:0 halves
+        both sides, 4:2:2 the width; 4:4:4 and RGB take any size."""
+        if self.matrix is None or "444" in self.pix_fmt:
+            return (0, 0)
+        return (0, 1) if "422" in self.pix_fmt else (1, 1)
+
+    def colour_args(self) -> list[str]:
+        """The encoder's colour tags (`-colorspace …`), none for an RGB encoder."""
+        if self.matrix is None:
+            return []
+        return ["-colorspace", self.colorspace, "-color_primaries", self.primaries, "-color_trc", self.transfer,
+                "-color_range", self.range]  # fmt: skip
 
 
 def encode_args(
@@ -362,12 +561,13 @@ def encode_args(
     crf: int = 18,
     preset: str = "medium",
     encoder: str = "libx264",
+    picture: OutputPicture | None = None,
 ) -> list[str]:
-    """ffmpeg encoding raw rgb24 frames read from stdin to H.264 or HEVC yuv420p in `output` (or, with the
-    INTERMEDIATE_ENCODER, to lossless RGB H.264), with audio from `audio`.
+    """ffmpeg encoding raw frames read from stdin (rgb24, or rgba for a picture with alpha) to `output`, as
+    `picture` says (default: H.264 BT.709 yuv420p), with audio from `audio`.
 
-    width, height: frame size in pixels; for yuv420p both must be even (it halves the chroma planes), and at
-        least 16 for libx265.
+    width, height: frame size in pixels; for 4:2:0 both must be even (it halves the chroma planes), and each
+        encoder has its least size (MIN_SIZE: libx265 16×16).
     timing: when each frame is shown (`VideoTiming`): the frames are retimed to it by `settb` and `setpts` and
         encoded with that time base, every frame once (`-fps_mode passthrough`), so variable frame rates are kept.
     audio: the audio to mux (`Audio`; None for no audio), copied when the container can hold its codec and it
@@ -376,48 +576,64 @@ def encode_args(
     crf: constant rate factor, 0–51 (lower is better; for x264 18 is visually lossless and 0 lossless); NVENC's
         constant quality from it (`nvenc_quality_args`).
     preset: an x264/x265 preset, `ultrafast` … `veryslow` (NVENC: the matching p1–p7, NVENC_PRESETS).
-    encoder: one of VIDEO_ENCODERS, or INTERMEDIATE_ENCODER.
+    encoder: one of VIDEO_ENCODERS, INTERMEDIATE_ENCODER or GIF_ALPHA_ENCODER (`picture.encoder` when given).
 
-    The RGB frames are converted to limited-range BT.709 YUV and tagged as such, the colour space players
-    assume for untagged HD video, so colours are not shifted on playback.
+    The RGB frames are converted to YCbCr with the picture's matrix and range and tagged with its colour
+    description (by default limited-range BT.709, what players assume for untagged HD video), and its sample
+    aspect ratio, so what a viewer sees is not shifted or squeezed.
     """
-    rgb = encoder == INTERMEDIATE_ENCODER
-    if width < 1 or height < 1 or (not rgb and (width < 2 or height < 2 or width % 2 or height % 2)):
-        raise ValueError(f"yuv420p needs an even frame size of at least 2×2, got {width}×{height}")
+    if picture is None:
+        rgb = encoder in (INTERMEDIATE_ENCODER, GIF_ALPHA_ENCODER)
+        picture = OutputPicture(encoder, "rgb24", None, "pc") if rgb else OutputPicture(encoder)
+    encoder = picture.encoder
+    rows, columns = picture.pad
+    if width < 1 or height < 1 or (rows and height % 2) or (columns and width % 2):
+        raise ValueError(f"{picture.pix_fmt} needs an even frame size, got {width}×{height}")
     if not _RATIONAL.match(timing.rate):
         raise ValueError(f"the rate must be a positive rational like '30000/1001', got {timing.rate!r}")
     if not 0 <= crf <= 51:
         raise ValueError(f"crf must be in 0–51, got {crf}")
     if preset not in X264_PRESETS:
         raise ValueError(f"preset must be one of {', '.join(X264_PRESETS)}, got {preset!r}")
-    if encoder not in (*VIDEO_ENCODERS, INTERMEDIATE_ENCODER):
+    if encoder not in (*VIDEO_ENCODERS, INTERMEDIATE_ENCODER, GIF_ALPHA_ENCODER):
         raise ValueError(f"encoder must be one of {', '.join(VIDEO_ENCODERS)}, got {encoder!r}")
-    if encoder == "libx265" and min(width, height) < _X265_MIN_SIZE:
-        least = f"{_X265_MIN_SIZE}×{_X265_MIN_SIZE}"
-        raise ValueError(f"libx265 needs a frame size of at least {least}, got {width}×{height}")
+    least = MIN_SIZE.get(encoder)
+    if least is not None and (width < least[0] or height < least[1]):
+        raise ValueError(f"{encoder} needs a frame size of at least {least[0]}×{least[1]}, got {width}×{height}")
     muxer = muxer_for(output)
     args = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
-        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", timing.rate, "-i", "pipe:0",
+        "-f", "rawvideo", "-pix_fmt", "rgba" if picture.alpha else "rgb24", "-s", f"{width}x{height}",
+        "-r", timing.rate, "-i", "pipe:0",
     ]  # fmt: skip
     args += _audio_input_args(audio)
     args += ["-map", "0:v:0", *_audio_map_args(muxer, audio)]
-    args += _filter_args(encode_filter(timing, rgb), timing)
+    args += _filter_args(encode_filter(timing, picture), timing)
     args += ["-fps_mode", "passthrough", "-enc_time_base", timing.time_base]
-    if rgb:
-        args += [*video_codec_args(muxer, encoder, crf, preset), "-pix_fmt", "rgb24"]
-    else:
-        args += [
-            *video_codec_args(muxer, encoder, crf, preset), "-pix_fmt", "yuv420p",
-            "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv",
-        ]  # fmt: skip
+    args += [*video_codec_args(muxer, encoder, crf, preset, picture.alpha), "-pix_fmt", picture.pix_fmt]
+    args += picture.colour_args()
     return [*args, *metadata_args(muxer, metadata), "-f", muxer, file_url(output)]
 
 
-def encode_filter(timing: VideoTiming, rgb: bool = False) -> str:
-    """The encoder's video filter graph: frames retimed to `timing`, then (unless `rgb`) converted to BT.709 yuv420p."""
+def encode_filter(timing: VideoTiming, picture: OutputPicture | bool = False) -> str:
+    """The encoder's video filter graph: frames retimed to `timing`, then converted to the picture's YCbCr (its
+    matrix, range and pixel format) and given its sample aspect ratio; an RGB encoder's frames only to its pixel
+    format. `picture` True stands for the lossless RGB intermediate, False for the default picture."""
+    if isinstance(picture, bool):
+        picture = OutputPicture(INTERMEDIATE_ENCODER, "rgb24", None, "pc") if picture else OutputPicture()
     graph = f"settb={timing.time_base},setpts='{timing.setpts}'"
-    return graph if rgb else f"{graph},scale=out_color_matrix=bt709:out_range=tv,format=yuv420p"
+    if picture.matrix is None:
+        return graph if picture.pix_fmt == "rgb24" else f"{graph},format={picture.pix_fmt}"
+    graph += f",scale=out_color_matrix={picture.matrix}:out_range={picture.range},format={picture.pix_fmt}"
+    if picture.encoder == "prores_ks":
+        # ProRes writes the frames' own colour description, not the encoder's options: give the frames the tags.
+        graph += (
+            f",setparams=colorspace={picture.colorspace}:color_primaries={picture.primaries}:"
+            f"color_trc={picture.transfer}:range={picture.range}"
+        )
+    if picture.sar != 1:
+        graph += f",setsar={picture.sar.numerator}/{picture.sar.denominator}"
+    return graph
 
 
 def _filter_args(graph: str, timing: VideoTiming) -> list[str]:
@@ -484,6 +700,36 @@ def concat_list(segments: Sequence[tuple[Path, Fraction]], end: Fraction) -> str
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class Track:
+    """A stream of the source (the second input) that a join takes, besides the video: its kind ("a" audio, "s"
+    subtitles), its number among the source's streams of that kind, and how: codec None copies it, else the
+    encoder ("aac", "libopus", "mov_text"); sample_rate (Hz) resamples audio to it when not None."""
+
+    kind: str
+    number: int
+    codec: str | None = None
+    sample_rate: int | None = None
+
+
+@dataclass(frozen=True)
+class Ending:
+    """Where a joined video's last frame ends, so its duration survives the stream copy (the concat demuxer gives
+    reordered H.264/HEVC packets from MP4 no duration): `last` the last frame's time and `end` the video's end, in
+    ticks from the first frame of the time base the output's muxer writes (MP4 and MOV: the segments' own;
+    Matroska: milliseconds)."""
+
+    last: int
+    end: int
+
+    def bsf(self) -> list[str]:
+        """The `setts` bitstream filter that gives the last frame shown that duration (the muxers, MP4's edit list
+        and Matroska's duration alike, end a track at its latest packet's time plus duration). setts sees the
+        packets in the muxer's time base; their times and decode times are left as they are."""
+        duration = f"if(gte(PTS-STARTPTS,{self.last}),{self.end - self.last},DURATION)"
+        return ["-bsf:v", f"setts=pts=PTS:dts=DTS:duration='{duration}'"]
+
+
 def concat_args(
     ffmpeg: str,
     script: Path,
@@ -491,36 +737,98 @@ def concat_args(
     audio: Audio | None,
     metadata: Mapping[str, str],
     encoder: str = "libx264",
+    *,
+    tracks: Sequence[Track] | None = None,
+    chapters: bool = False,
+    video_tags: Mapping[str, str] | None = None,
+    ending: Ending | None = None,
 ) -> list[str]:
     """ffmpeg joining the segments a `concat_list` script names into `output`, video copied (not re-encoded),
-    with the audio of `audio` muxed in once (as for `encode_args`).
+    with the streams of the source `audio` names muxed in once (timed as for `encode_args`).
 
     metadata: container tags (`metadata_args`). encoder: the one the segments were made with; HEVC (libx265 or
     hevc_nvenc) in MP4/MOV is tagged `hvc1` again, since a stream copy does not carry the tag over.
+    tracks: the source's streams to take (`Track`); None takes its first audio stream, copied where the container
+    holds its codec, else AAC. chapters: take the source's chapters (timed like its audio). video_tags: the video
+    stream's tags (language, title, timecode …). ending: the last frame's duration to keep (`Ending`).
+    A cut (`audio.cut`) re-encodes every audio track, trimmed at the output's time 0.
     """
     muxer = muxer_for(output)
     args = [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
         "-f", "concat", "-safe", "0", "-i", file_url(script),
         *_audio_input_args(audio),
-        "-map", "0:v:0", *_audio_map_args(muxer, audio),
-        "-c:v", "copy",
+        "-map", "0:v:0",
     ]  # fmt: skip
+    if tracks is None:
+        args += _audio_map_args(muxer, audio)
+    elif audio is not None:
+        args += _track_args(tracks, audio.cut)
+    args += ["-c:v", "copy"]
     if _hevc(encoder) and muxer in ("mp4", "mov"):
         args += ["-tag:v", "hvc1"]
+    if ending is not None:
+        args += ending.bsf()
+    # Tags come from `metadata` and `video_tags`; the source's streams bring their own (an audio track's language).
+    if chapters and audio is not None:
+        args += ["-map_chapters", "1"]
+    for key, value in (video_tags or {}).items():
+        args += ["-metadata:s:v:0", f"{key}={value}"]
     return [*args, *metadata_args(muxer, metadata), "-f", muxer, file_url(output)]
 
 
-def gif_args(ffmpeg: str, script: Path, output: Path) -> list[str]:
+def _track_args(tracks: Sequence[Track], cut: bool) -> list[str]:
+    """`-map` and codec options for each track, numbered as the output's streams of its kind. A cut audio track is
+    re-encoded and trimmed at the output's time 0 (a copy cuts only at packets)."""
+    args: list[str] = []
+    count = {"a": 0, "s": 0}
+    for track in tracks:
+        out = f"{track.kind}:{count[track.kind]}"
+        count[track.kind] += 1
+        args += ["-map", f"1:{track.kind}:{track.number}"]
+        codec = "aac" if cut and track.kind == "a" and track.codec is None else track.codec
+        if codec is None:
+            args += [f"-c:{out}", "copy"]
+            continue
+        args += [f"-c:{out}", codec]
+        if track.kind == "a":
+            args += [f"-b:{out}", OPUS_BITRATE if codec == "libopus" else AAC_BITRATE]
+            if track.sample_rate is not None:
+                args += [f"-ar:{out}", str(track.sample_rate)]
+            if cut:
+                args += [f"-filter:{out}", "atrim=start=0"]
+    return args
+
+
+def gif_args(
+    ffmpeg: str,
+    script: Path,
+    output: Path,
+    *,
+    alpha: bool = False,
+    sar: Fraction = Fraction(1),
+    last: Fraction = Fraction(0),
+) -> list[str]:
     """ffmpeg joining lossless segments (a `concat_list` script) into an animated GIF that loops.
 
     Each frame gets its own 256-colour palette (`palettegen=stats_mode=single`, `paletteuse=new=1`), so no frame is
-    held back for a whole-video palette. Frame times are kept, rounded to GIF's hundredths of a second.
+    held back for a whole-video palette. Frame times are kept, rounded to GIF's hundredths of a second; `last`
+    (seconds) is how long the last frame shows. alpha: the segments carry an alpha plane, kept as the GIF's
+    transparent colour (pixels under half opacity). sar: the frames' sample aspect ratio; a GIF's pixels are
+    square to its players, so frames are scaled to the width they are shown at.
     """
     graph = "split[a][b];[a]palettegen=stats_mode=single[p];[b][p]paletteuse=new=1"
+    if alpha:
+        graph = (
+            "split[a][b];[a]palettegen=stats_mode=single:reserve_transparent=1[p];"
+            "[b][p]paletteuse=new=1:alpha_threshold=128"
+        )
+    if sar != 1:
+        graph = f"scale=w='trunc(iw*{sar.numerator}/{sar.denominator}+0.5)':h=ih,setsar=1,{graph}"
+    delay = ["-final_delay", str(max(1, round(last * 100)))] if last > 0 else []
     return [
         ffmpeg, "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-y",
         "-f", "concat", "-safe", "0", "-i", file_url(script), "-map", "0:v:0", "-filter_complex", graph,
-        "-fps_mode", "passthrough", "-enc_time_base", GIF_TIME_BASE, "-c:v", "gif", "-loop", "0",
+        "-fps_mode", "passthrough", "-enc_time_base", GIF_TIME_BASE, "-c:v", "gif", "-loop", "0", *delay,
         "-f", "gif", file_url(output),
     ]  # fmt: skip

@@ -24,8 +24,9 @@ from engine.media import children
 from engine.media import commands as cmd
 from engine.media.images import read_image
 from engine.media.info import MediaInfo
+from engine.media.picture import decoding as colour_decoding
 from engine.media.probe import probe
-from engine.media.timing import Span, select, skip_frames
+from engine.media.timing import FrameTimes, Span, select, skip_frames
 from engine.media.tools import ffmpeg_version, find_ffmpeg, hwaccel_works
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ class FrameReader:
         span: Span | None = None,
         skip: int = 0,
         hwaccel: bool | None = None,
+        alpha: bool = False,
+        convert: str | None = None,
     ) -> None:
         """path: the video or image; info: its `probe` result when the caller already has it (else probed here);
         span: the part to read and its rate, from `select(info, …)` (None: the whole video; images ignore it);
@@ -65,11 +68,23 @@ class FrameReader:
         conversion, pipe or processing); a resampled one is read from its start and the frames are dropped here,
         since which frame fills a slot depends on the frames before it.
         hwaccel: decode on the GPU (NVDEC); None (auto): where `cmd.nvdec_allows` the stream, an NVIDIA GPU is
-        visible and ffmpeg's CUDA device works here (`tools.hwaccel_works`). The frames are the same either way."""
+        visible and ffmpeg's CUDA device works here (`tools.hwaccel_works`). The frames are the same either way.
+        alpha: give each frame's alpha plane instead (H×W uint8, 255 = opaque; `info.picture.alpha` says whether
+        there is one), the same frames as the RGB reader of the same span and skip.
+        convert: a colour conversion filter to apply first (`picture.gif_conversion`).
+
+        Every frame comes out at the probed size: the file's colour matrix and range convert it to RGB (for a file
+        that names none, the one players assume for its size), and a frame of another size (a resolution that
+        changes mid-way) is scaled to it, letterboxed with its aspect kept where probe found the change
+        (`info.sizes`)."""
         self.path = Path(path)
         self._ffmpeg = find_ffmpeg()
         self.info = info if info is not None else probe(self.path, self._ffmpeg)
-        self.hwaccel = use_nvdec(self.info, self._ffmpeg) if hwaccel is None else hwaccel
+        self.alpha = alpha
+        self.convert = convert
+        # libvpx decodes a VP9 stream's alpha, which NVDEC (and ffmpeg's own VP9 decoder) leave out.
+        nvdec = self.info.picture.alpha_decoder is None or not alpha
+        self.hwaccel = (use_nvdec(self.info, self._ffmpeg) and nvdec) if hwaccel is None else hwaccel
         self.span = span if span is not None else select(self.info)
         if not 0 <= skip < self.span.frames:
             raise ValueError(f"skip must be in 0–{self.span.frames - 1} (frames of the span), got {skip}")
@@ -109,7 +124,7 @@ class FrameReader:
 
     def _frames(self) -> Iterator[Frame]:
         width, height, span = self.info.width, self.info.height, self.span
-        frame_bytes = width * height * 3
+        frame_bytes = width * height * (1 if self.alpha else 3)
         # A span that ends before the video does stops ffmpeg at its last frame. A resampled one is not cut at
         # its end time but by count, so the frames after the end keep the fps filter filling its last slots.
         args = cmd.decode_args(
@@ -119,6 +134,7 @@ class FrameReader:
             max_frames=None if span.end_pts is None else span.frames,
             major=(ffmpeg_version(self._ffmpeg) or (99, 0))[0],
             hwaccel=self.hwaccel,
+            how=decoding(self.info, alpha=self.alpha, convert=self.convert),
         )  # fmt: skip
         process, drain = children.start(args, subprocess.DEVNULL, subprocess.PIPE)
         self._process, self._drain = process, drain
@@ -139,7 +155,8 @@ class FrameReader:
                     break
                 decoded += 1
                 if decoded > self._drop:
-                    yield np.frombuffer(buffer, dtype=np.uint8).reshape(height, width, 3)
+                    shape = (height, width) if self.alpha else (height, width, 3)
+                    yield np.frombuffer(buffer, dtype=np.uint8).reshape(shape)
             returncode = process.wait()
             drain.join()
             self._check(decoded, partial, returncode, self._first_error(drain))
@@ -173,6 +190,29 @@ class FrameReader:
             raise TruncatedInput(f"{self.path} is damaged or cut short ({detail}): re-export or re-download it")
         if decoded > span.frames and not span.resample:
             logger.warning("%s decoded to %d frames, %d packets were counted", self.path, decoded, span.frames)
+
+
+def decoding(info: MediaInfo, alpha: bool = False, convert: str | None = None) -> cmd.Decoding:
+    """How `FrameReader` decodes the video `info` describes (`cmd.Decoding`): at its probed size, letterboxed where
+    its resolution changes mid-way, with its own (or the assumed) colour matrix and range, retimed when its
+    timestamps had to be mended, by libvpx for VP9's alpha."""
+    picture = info.picture
+    matrix, range_ = colour_decoding(picture, info.width, info.height)
+    retime = None
+    if info.timing_note is not None:
+        times = FrameTimes.of(info.timestamps, info.time_base)
+        base = info.time_base
+        retime = (f"{base.numerator}/{base.denominator}", times.setpts())
+    return cmd.Decoding(
+        size=(info.width, info.height),
+        letterbox=len(set(info.sizes)) > 1,
+        matrix=matrix,
+        range=range_,
+        convert=convert,
+        decoder=picture.alpha_decoder if alpha or picture.alpha_decoder else None,
+        retime=retime,
+        alpha=alpha,
+    )
 
 
 def use_nvdec(info: MediaInfo, ffmpeg: str) -> bool:

@@ -6,13 +6,16 @@ import contextlib
 import logging
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
+from PIL import Image
 
 from engine.backends import gpu_visible
 from engine.core.errors import FacestudioError, InvalidInput, MediaError
@@ -21,6 +24,7 @@ from engine.media import children, headers
 from engine.media import commands as cmd
 from engine.media.images import partial_path
 from engine.media.info import MediaInfo
+from engine.media.picture import ALPHA_ENCODERS
 from engine.media.probe import probe
 from engine.media.timing import FrameTimes
 from engine.media.tools import available_encoders, check_encoder, encoder_works, ffmpeg_version, find_ffmpeg
@@ -33,7 +37,8 @@ INLINE_FILTER_CHARS = 8000
 
 
 class FrameWriter:
-    """Encodes frames to an H.264, HEVC or AV1 (yuv420p) video with the audio of another file, written atomically.
+    """Encodes frames to a video (H.264, HEVC, AV1, VP9 or ProRes, as a `picture` plan says) with the audio of
+    another file, written atomically.
 
     Use as a context manager:
 
@@ -50,7 +55,7 @@ class FrameWriter:
     Odd sizes: yuv420p stores colour at half resolution, so it needs an even width and height. A frame
     with an odd dimension is padded by one column/row that repeats its last column/row (edge replication);
     the video is then one pixel wider/taller than the frames, and no pixel of the frames is lost. The lossless
-    RGB intermediate (`ffmpeg_commands.INTERMEDIATE_ENCODER`, segments of a GIF) takes any size.
+    RGB intermediates (`ffmpeg_commands.INTERMEDIATE_ENCODER`, segments of a GIF) and 4:4:4 take any size.
     """
 
     def __init__(
@@ -64,8 +69,11 @@ class FrameWriter:
         crf: int = 18,
         preset: str = "medium",
         encoder: str = "libx264",
+        picture: cmd.OutputPicture | None = None,
+        last: Fraction | None = None,
+        alpha: Iterable[npt.NDArray[np.uint8]] | None = None,
     ) -> None:
-        """output: .mp4, .m4v, .mov or .mkv path; its folder must exist.
+        """output: .mp4, .m4v, .mov, .mkv or .webm path; its folder must exist.
         width, height: size of the frames that will be written, pixels.
         times: when each frame is shown (`FrameTimes.constant(rate)` for a constant rate; a span's
             `output_times()`), counted from the first frame.
@@ -74,8 +82,14 @@ class FrameWriter:
         crf, preset: quality (0–51, lower is better) and speed preset of the encoder.
         encoder: one of `cmd.VIDEO_ENCODERS` (libx264, libx265, NVENC H.264, HEVC or AV1), `auto`
             (`choose_encoder`; a job resolves it once, before any work, so that its segments agree) or the lossless
-            intermediate; InvalidInput here when the ffmpeg in use lacks it, the frames are larger than it takes,
-            or the container cannot hold it. `self.encoder` is the one used.
+            intermediate; InvalidInput here when the ffmpeg in use lacks it, the frames are larger or smaller than
+            it takes, or the container cannot hold it. `self.encoder` is the one used.
+        picture: how the frames are encoded (`engine.media.picture.plan`: encoder, pixel format, colour, aspect,
+            alpha); None: the encoder's default (BT.709 yuv420p, square pixels), and `encoder` as above.
+        last: how long the last frame is shown, seconds (None: the gap before it); a one-frame video and a GIF's
+            last delay keep their duration.
+        alpha: with a picture that keeps alpha, the frames' alpha planes (H×W uint8, 255 = opaque), one per frame
+            written, in order (a `FrameReader(…, alpha=True)`), resized to the frames when they differ.
         """
         self.output = Path(output)
         self.width, self.height = width, height
@@ -89,30 +103,36 @@ class FrameWriter:
         if not self.output.parent.is_dir():
             raise InvalidInput(f"cannot write {self.output}: the folder {self.output.parent} does not exist")
         self._ffmpeg = find_ffmpeg()
-        self.encoder, _ = choose_encoder(encoder, width + width % 2, height + height % 2, self._ffmpeg)
-        encoder = self.encoder
-        cmd.check_container(self.output, encoder)
-        side = cmd.MAX_SIDE.get(encoder)
-        if side is not None and max(width, height) > side:
-            raise InvalidInput(f"{encoder} encodes frames of at most {side}×{side} pixels, not {width}×{height}")
+        if picture is None:
+            chosen, _ = choose_encoder(encoder, width + width % 2, height + height % 2, self._ffmpeg)
+            rgb = chosen in (cmd.INTERMEDIATE_ENCODER, cmd.GIF_ALPHA_ENCODER)
+            picture = cmd.OutputPicture(chosen, "rgb24", None, "pc") if rgb else cmd.OutputPicture(chosen)
+        if picture.alpha and alpha is None:
+            raise ValueError("a picture that keeps alpha needs the frames' alpha planes")
+        self.picture = picture
+        self.encoder = encoder = picture.encoder
+        if encoder not in (cmd.INTERMEDIATE_ENCODER, cmd.GIF_ALPHA_ENCODER):
+            cmd.check_container(self.output, encoder)
+        check_size(encoder, width, height)
         # Here, not at the first frame: ffmpeg would only fail once it had been sent one.
         check_encoder(encoder, self._ffmpeg)
+        self._alpha: Iterator[npt.NDArray[np.uint8]] | None = iter(alpha) if picture.alpha and alpha else None
         if audio is not None and audio.codec is None:
             found = headers.read_header(audio.path, self._ffmpeg).audio()
             audio = replace(audio, codec=found.codec if found is not None else None)
         self._partial = partial_path(self.output)
         self._script = self._partial.with_name(self._partial.name + ".filter")
-        rgb = encoder == cmd.INTERMEDIATE_ENCODER
-        # Odd dimensions are padded to even ones for yuv420p (see the class docstring).
-        self._pad = (0, 0) if rgb else (height % 2, width % 2)
-        timing = _timing(times, self._ffmpeg)
-        graph = cmd.encode_filter(timing, rgb)
+        # Odd dimensions are padded to even ones for 4:2:0 (see the class docstring).
+        rows, columns = picture.pad
+        self._pad = (height % 2 * rows, width % 2 * columns)
+        timing = _timing(times, self._ffmpeg, last)
+        graph = cmd.encode_filter(timing, picture)
         if len(graph) > INLINE_FILTER_CHARS:
             self._script.write_text(graph, encoding="utf-8")
             timing = replace(timing, script=self._script)
         self._args = cmd.encode_args(
             self._ffmpeg, self._partial, width + self._pad[1], height + self._pad[0], timing, audio,
-            metadata or {}, crf, preset, encoder,
+            metadata or {}, crf, preset, encoder, picture,
         )  # fmt: skip
         self._process: subprocess.Popen[bytes] | None = None
         self._drain: children.Stderr | None = None
@@ -137,6 +157,8 @@ class FrameWriter:
         if frame.shape[:2] != (self.height, self.width):
             got = f"{frame.shape[1]}×{frame.shape[0]}"
             raise ValueError(f"frame is {got}, this writer takes {self.width}×{self.height}")
+        if self._alpha is not None:
+            frame = np.dstack([frame, self._next_alpha()])
         if any(self._pad):
             frame = np.pad(frame, ((0, self._pad[0]), (0, self._pad[1]), (0, 0)), mode="edge")
         if self._process is None:
@@ -152,6 +174,17 @@ class FrameWriter:
             self.abort()
             raise error from None
         self.frames_written += 1
+
+    def _next_alpha(self) -> npt.NDArray[np.uint8]:
+        """The next frame's alpha plane, at the frames' size (resized bilinearly when the chain scaled them)."""
+        assert self._alpha is not None
+        plane = next(self._alpha, None)
+        if plane is None:
+            raise MediaError(f"the alpha planes of {self.output} ended before its frames")
+        if plane.shape != (self.height, self.width):
+            resized = Image.fromarray(plane).resize((self.width, self.height), Image.Resampling.BILINEAR)
+            plane = np.asarray(resized, dtype=np.uint8)
+        return plane
 
     def close(self) -> Path:
         """Finish encoding, verify the frames and their times, and move the file to `output`; returns `output`.
@@ -215,15 +248,47 @@ class FrameWriter:
         return MediaError(f"ffmpeg failed {doing} {self.output}: {reason}")
 
 
-def choose_encoder(requested: str, width: int, height: int, ffmpeg: str | None = None) -> tuple[str, str | None]:
-    """The encoder `video.encoder` stands for, for frames of width × height pixels, and the note a run's summary
-    gives when `auto` could not take the GPU's: an encoder named is itself (no note); `auto` is NVENC H.264
-    (`cmd.AUTO_HARDWARE`) when an NVIDIA GPU is visible and ffmpeg encodes a test frame with it here (the proof
-    `doctor` reports, `tools.encoder_works`), and the frames are within its sizes; else libx264, and the note
-    says why."""
+def check_size(encoder: str, width: int, height: int) -> None:
+    """InvalidInput when frames of width × height pixels are larger or smaller than `encoder` takes (MAX_SIDE,
+    MIN_SIZE), naming an encoder that takes them."""
+    side = cmd.MAX_SIDE.get(encoder)
+    if side is not None and max(width, height) > side:
+        raise InvalidInput(f"{encoder} encodes frames of at most {side}×{side} pixels, not {width}×{height}")
+    least = cmd.MIN_SIZE.get(encoder)
+    if least is not None and (width < least[0] or height < least[1]):
+        instead = "libx264" if encoder in ("h264_nvenc", "libx265", "hevc_nvenc", "av1_nvenc") else "auto"
+        raise InvalidInput(
+            f"{encoder} encodes frames of at least {least[0]}×{least[1]} pixels, not {width}×{height}: use "
+            f"video.encoder={instead}, or upscale the target first"
+        )
+
+
+def choose_encoder(
+    requested: str,
+    width: int,
+    height: int,
+    ffmpeg: str | None = None,
+    *,
+    muxer: str = "mp4",
+    depth: int = 8,
+    alpha: bool = False,
+) -> tuple[str, str | None]:
+    """The encoder `video.encoder` stands for, for frames of width × height pixels into a container of ffmpeg
+    muxer `muxer`, of a target of `depth` bits with or without `alpha` (to keep), and the note a run's summary
+    gives when `auto` could not take the GPU's: an encoder named is itself (no note); `auto` is the encoder that
+    keeps alpha in that container (ProRes 4444 in MOV, VP9 in Matroska or WebM), VP9 in WebM; else NVENC
+    (`cmd.AUTO_HARDWARE`; HEVC for a target of more than 8 bits) when an NVIDIA GPU is visible and ffmpeg encodes a
+    test frame with it here (the proof `doctor` reports, `tools.encoder_works`), and the frames are within its
+    sizes; else libx264 (libx265 for more than 8 bits), and the note says why."""
     if requested != "auto":
         return requested, None
-    hardware, side = cmd.AUTO_HARDWARE, cmd.MAX_SIDE[cmd.AUTO_HARDWARE]
+    if alpha and muxer in ALPHA_ENCODERS:
+        return ALPHA_ENCODERS[muxer], None
+    if muxer == "webm":
+        return "libvpx-vp9", None
+    deep = depth > 8
+    hardware, software = ("hevc_nvenc", "libx265") if deep else (cmd.AUTO_HARDWARE, cmd.AUTO_SOFTWARE)
+    side, least = cmd.MAX_SIDE[hardware], cmd.MIN_SIZE[hardware]
     ffmpeg = ffmpeg or find_ffmpeg()
     if not gpu_visible():
         why = "no NVIDIA GPU is visible"
@@ -231,20 +296,26 @@ def choose_encoder(requested: str, width: int, height: int, ffmpeg: str | None =
         why = f"this ffmpeg has no {hardware}"
     elif max(width, height) > side:
         why = f"{width}×{height} frames are beyond {hardware}'s {side}×{side}"
+    elif width < least[0] or height < least[1]:
+        why = f"{width}×{height} frames are below {hardware}'s {least[0]}×{least[1]}"
     else:
         works, error = encoder_works(hardware, ffmpeg)
         if works:
             return hardware, None
         why = f"{hardware} failed its test frame ({error})"
+    if deep and min(width, height) < cmd.MIN_SIZE["libx265"][0]:
+        software = cmd.AUTO_SOFTWARE  # x265's least frame is 16×16: below it, 8-bit H.264 (the plan says so)
+    kind = f" (HEVC, keeps the target's {depth} bits)" if software == "libx265" else ""
     return (
-        cmd.AUTO_SOFTWARE,
-        f"encoder: {cmd.AUTO_SOFTWARE} on the CPU, since {why} (video.encoder=auto takes NVENC where it works)",
+        software,
+        f"encoder: {software}{kind} on the CPU, since {why} (video.encoder=auto takes NVENC where it works)",
     )
 
 
-def check_times(written: MediaInfo, times: FrameTimes, frames: int, output: Path) -> None:
+def check_times(written: MediaInfo, times: FrameTimes, frames: int, output: Path, last: Fraction | None = None) -> None:
     """Raise MediaError unless the file `written` describes holds `frames` frames, frame n at `times.seconds(n)`
-    from the first one, to within a tick of the file's own time base (Matroska's millisecond, GIF's hundredth)."""
+    from the first one, to within a tick of the file's own time base (Matroska's millisecond, GIF's hundredth),
+    and (`last`, seconds) its last frame lasts that long, to within a tick or a hundredth of a second."""
     if written.frame_count != frames:
         raise MediaError(f"{output} holds {written.frame_count} frames, {frames} were written")
     tick = written.time_base
@@ -253,10 +324,16 @@ def check_times(written: MediaInfo, times: FrameTimes, frames: int, output: Path
             raise MediaError(
                 f"{output} shows frame {n} at {float(stamp * tick):.6f} s, not at {float(times.seconds(n)):.6f} s"
             )
+    if last is not None:
+        end = times.seconds(frames - 1) - times.seconds(0) + last
+        if abs(Fraction(written.duration) - end) > max(tick, Fraction(1, 100)):
+            raise MediaError(f"{output} ends at {written.duration:.6f} s, not at {float(end):.6f} s")
 
 
-def _timing(times: FrameTimes, ffmpeg: str) -> cmd.VideoTiming:
-    rate = times.rate().limit_denominator(1_000_000)
+def _timing(times: FrameTimes, ffmpeg: str, last: Fraction | None = None) -> cmd.VideoTiming:
+    # The raw input's rate is each frame's duration to ffmpeg: only the last frame's is kept (the others end
+    # where the next begins), so it is the last frame's, when known.
+    rate = (1 / last if last else times.rate()).limit_denominator(1_000_000)
     base = times.time_base
     major = (ffmpeg_version(ffmpeg) or (99, 0))[0]
     return cmd.VideoTiming(f"{rate.numerator}/{rate.denominator}", f"{base.numerator}/{base.denominator}",

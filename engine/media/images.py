@@ -13,6 +13,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,32 @@ _EXIF_METADATA_FORMATS = frozenset({"JPEG", "WEBP", "TIFF"})
 _EXIF_ORIENTATION = 0x0112
 _EXIF_IMAGE_DESCRIPTION = 0x010E
 _EXIF_SOFTWARE = 0x0131
+_EXIF_IFD = 0x8769
+_GPS_IFD = 0x8825
+_EXIF_USER_COMMENT = 0x9286
+_EXIF_PIXEL_WIDTH, _EXIF_PIXEL_HEIGHT = 0xA002, 0xA003
+_ASCII_COMMENT = b"ASCII\0\0\0"
+# Formats whose saver takes each kind of kept metadata (Pillow's `icc_profile=`, `exif=`, `xmp=`, `comment=`).
+_ICC_FORMATS = frozenset({"PNG", "JPEG", "WEBP", "TIFF"})
+_XMP_FORMATS = frozenset({"PNG", "JPEG", "WEBP", "TIFF"})
+# PNG text keys that are the file's structure (Pillow lists its chunks beside the text), not what a user wrote.
+_PNG_NOT_TEXT = frozenset(
+    {
+        "icc_profile",
+        "exif",
+        "xmp",
+        "XML:com.adobe.xmp",
+        "dpi",
+        "gamma",
+        "transparency",
+        "aspect",
+        "srgb",
+        "chromaticity",
+        "duration",
+        "loop",
+        "default_image",
+    }
+)
 # EXIF orientation -> the rotation part of the transform, counter-clockwise degrees (the mirroring part of
 # orientations 2, 4, 5 and 7 is applied by `read_image` but has no rotation to report).
 _EXIF_ROTATION = {1: 0, 2: 0, 3: 180, 4: 180, 5: 90, 6: 270, 7: 270, 8: 90}
@@ -177,19 +204,70 @@ def _normalise(image: Image.Image) -> tuple[Frame, npt.NDArray[np.uint8] | None]
     return np.array(image.convert("RGB"), dtype=np.uint8), None
 
 
+@dataclass(frozen=True)
+class ImageMetadata:
+    """What an image says about itself beyond its pixels, as an output keeps it (`kept_metadata`).
+
+    icc: its ICC colour profile (bytes); exif: its EXIF (orientation reset: `read_image` turns the pixels upright);
+    xmp: its XMP packet; text: its PNG text chunks; comment: its JPEG comment; dpi: its resolution."""
+
+    icc: bytes | None = None
+    exif: bytes | None = None
+    xmp: bytes | None = None
+    text: Mapping[str, str] = field(default_factory=dict)
+    comment: bytes | None = None
+    dpi: tuple[float, float] | None = None
+
+    def describe(self) -> list[str]:
+        """What is kept, in words ("ICC profile", "EXIF", "2 text chunks" …), for notes and tests."""
+        kinds = [name for name, value in (("ICC profile", self.icc), ("EXIF", self.exif), ("XMP", self.xmp),
+                                          ("comment", self.comment)) if value]  # fmt: skip
+        return kinds + ([f"{len(self.text)} text chunk{'s' if len(self.text) > 1 else ''}"] if self.text else [])
+
+
+def kept_metadata(path: Path) -> ImageMetadata:
+    """What of the image at `path` an output keeps: its ICC profile, EXIF (the camera, dates, GPS … with the
+    orientation reset to upright), XMP, PNG text chunks, JPEG comment and resolution."""
+    path = Path(path)
+    image = _open_existing_image(path)
+    with image:
+        _load(path, image)  # a PNG's chunks after the image data are only seen once it is read
+        info = image.info
+        exif = image.getexif()
+        if len(exif):
+            exif[_EXIF_ORIENTATION] = 1
+            for ifd in (_EXIF_IFD, _GPS_IFD):
+                exif.get_ifd(ifd)  # read while the file is open, so `tobytes` writes them
+        text = getattr(image, "text", {}) if image.format == "PNG" else {}
+        xmp = info.get("xmp") or info.get("XML:com.adobe.xmp")
+        dpi = info.get("dpi")
+        return ImageMetadata(
+            icc=info.get("icc_profile") or None,
+            exif=exif.tobytes() if len(exif) else None,
+            xmp=xmp.encode("utf-8") if isinstance(xmp, str) else xmp or None,
+            text={str(k): str(v) for k, v in text.items() if k not in _PNG_NOT_TEXT},
+            comment=info.get("comment") or None,
+            dpi=(float(dpi[0]), float(dpi[1])) if isinstance(dpi, tuple) and len(dpi) == 2 else None,
+        )
+
+
 def write_image(
     path: Path,
     frame: Frame,
     alpha: npt.NDArray[np.uint8] | None = None,
     metadata: Mapping[str, str] | None = None,
+    keep: ImageMetadata | None = None,
 ) -> Path:
     """Encode `frame` (H×W×3 uint8 RGB) to `path`, in the format its extension names, atomically.
 
     alpha: H'×W' uint8 (255 = opaque), resized to H×W when it differs (e.g. the frame was upscaled); kept for
         PNG, WebP and TIFF, dropped for JPEG and BMP, which cannot hold it.
     metadata: string key/values, written as PNG text chunks, or for JPEG/WebP/TIFF as EXIF: ImageDescription
-        holds them all as a JSON object and Software holds metadata["software"] (default "facestudio").
-        BMP has no place for them. `read_image_metadata` reads them back.
+        holds them all as a JSON object (EXIF's UserComment, when `keep` has an ImageDescription of its own) and
+        Software holds metadata["software"] (default "facestudio"; `keep`'s own Software stays). BMP has no place
+        for them. `read_image_metadata` reads them back.
+    keep: the target's metadata to keep (`kept_metadata`): ICC profile, EXIF, XMP, text chunks, comment and
+        resolution, each where the format holds it; `metadata` is added to it, never instead of it.
     JPEG and WebP are written at quality 95; TIFF over 4 GiB as BigTIFF. The file is written to
     `.<stem>.partial<suffix>` and renamed. Returns `path`. Raises InvalidInput for a size the format cannot
     store (`size_limit`), DiskFull when the disk fills up, InvalidInput or MediaError for other refusals.
@@ -215,7 +293,8 @@ def write_image(
             image.putalpha(mask)
         else:
             logger.info("%s cannot hold transparency; %s is written opaque", image_format, path)
-    options = _save_options(image_format, metadata, width * height * (4 if keeps_alpha else 3), path)
+    pixel_bytes = width * height * (4 if keeps_alpha else 3)
+    options = _save_options(image_format, metadata, pixel_bytes, path, keep, (width, height))
     if not path.parent.is_dir():
         raise InvalidInput(f"cannot write {path}: the folder {path.parent} does not exist")
     partial = partial_path(path)
@@ -238,26 +317,52 @@ def write_image(
 
 
 def _save_options(
-    image_format: str, metadata: Mapping[str, str] | None, pixel_bytes: int, path: Path
+    image_format: str,
+    metadata: Mapping[str, str] | None,
+    pixel_bytes: int,
+    path: Path,
+    keep: ImageMetadata | None = None,
+    size: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     options: dict[str, Any] = {}
+    keep = keep or ImageMetadata()
     if image_format in ("JPEG", "WEBP"):
         options["quality"] = 95
     if image_format == "TIFF" and pixel_bytes > _TIFF_CLASSIC_BYTES:
         options["big_tiff"] = True
-    if metadata:
-        if image_format == "PNG":
-            text = PngImagePlugin.PngInfo()
-            for key, value in metadata.items():
-                text.add_text(key, value)  # falls back to an iTXt chunk for text Latin-1 cannot hold
-            options["pnginfo"] = text
-        elif image_format in _EXIF_METADATA_FORMATS:
-            exif = Image.Exif()
-            exif[_EXIF_IMAGE_DESCRIPTION] = json.dumps(dict(metadata))  # ASCII: EXIF text fields are ASCII
-            exif[_EXIF_SOFTWARE] = metadata.get("software", "facestudio")
+    if keep.icc and image_format in _ICC_FORMATS:
+        options["icc_profile"] = keep.icc
+    if keep.xmp and image_format in _XMP_FORMATS:
+        options["xmp"] = keep.xmp
+    if keep.comment and image_format == "JPEG":
+        options["comment"] = keep.comment
+    if keep.dpi and image_format != "WEBP":
+        options["dpi"] = keep.dpi
+    exif = Image.Exif()
+    if keep.exif is not None:
+        exif.load(keep.exif)
+        sub = exif.get_ifd(_EXIF_IFD)
+        if size is not None and _EXIF_PIXEL_WIDTH in sub:  # the size it records is the picture's, now the output's
+            sub[_EXIF_PIXEL_WIDTH], sub[_EXIF_PIXEL_HEIGHT] = size
+    if image_format == "PNG":
+        text = PngImagePlugin.PngInfo()
+        for key, value in {**keep.text, **(metadata or {})}.items():
+            text.add_text(key, value)  # falls back to an iTXt chunk for text Latin-1 cannot hold
+        options["pnginfo"] = text
+        if len(exif):
             options["exif"] = exif
-        else:
-            logger.info("%s cannot hold metadata; %s is written without it", image_format, path)
+    elif image_format in _EXIF_METADATA_FORMATS:
+        if metadata:
+            stored = json.dumps(dict(metadata))  # ASCII: EXIF text fields are ASCII
+            if str(exif.get(_EXIF_IMAGE_DESCRIPTION, "")).strip():
+                exif.get_ifd(_EXIF_IFD)[_EXIF_USER_COMMENT] = _ASCII_COMMENT + stored.encode("ascii")
+            else:
+                exif[_EXIF_IMAGE_DESCRIPTION] = stored
+            exif.setdefault(_EXIF_SOFTWARE, metadata.get("software", "facestudio"))
+        if len(exif):
+            options["exif"] = exif
+    elif metadata or keep.describe():
+        logger.info("%s cannot hold metadata; %s is written without it", image_format, path)
     return options
 
 
@@ -277,14 +382,27 @@ def read_image_metadata(path: Path) -> dict[str, str]:
             _load(path, image)  # text chunks after the image data are only seen once it is read
             return {str(k): str(v) for k, v in getattr(image, "text", {}).items()}
         exif = image.getexif()
+        comment = exif.get_ifd(_EXIF_IFD).get(_EXIF_USER_COMMENT)
     description = exif.get(_EXIF_IMAGE_DESCRIPTION)
     software = exif.get(_EXIF_SOFTWARE)
-    if isinstance(description, str):
-        try:
-            stored = json.loads(description)
-        except json.JSONDecodeError:
-            stored = None
-        if isinstance(stored, dict) and all(isinstance(v, str) for v in stored.values()):
-            return {str(k): v for k, v in stored.items()}
+    for text in (description, comment[len(_ASCII_COMMENT) :] if isinstance(comment, bytes) else comment):
+        stored = _json_object(text)
+        if stored is not None:
+            return stored
     found = {"ImageDescription": description, "Software": software}
     return {k: str(v) for k, v in found.items() if v is not None}
+
+
+def _json_object(text: object) -> dict[str, str] | None:
+    """`text` (str or ASCII bytes) as a JSON object of strings, or None when it is not one."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    if not isinstance(text, str):
+        return None
+    try:
+        stored = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(stored, dict) and all(isinstance(v, str) for v in stored.values()):
+        return {str(k): v for k, v in stored.items()}
+    return None

@@ -2,10 +2,85 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Literal
+
+# Pixel formats whose names end in a number that is not their bit depth, and those with an alpha plane.
+_DEPTH_BY_NAME = {"rgb48": 16, "bgr48": 16, "rgba64": 16, "bgra64": 16, "ya16": 16, "y210": 10, "nv20": 10}
+_ALPHA_FORMAT = re.compile(r"^(yuva|gbrap|ya\d|argb|abgr|rgba|bgra|ayuv)")
+
+
+def pixel_depth(pix_fmt: str) -> int:
+    """Bits per sample of an ffmpeg pixel format: 8 for yuv420p, rgb24, nv12; 10 for yuv420p10le, p010le; 16 for
+    rgb48le, gray16be …"""
+    base = re.sub(r"(le|be)$", "", pix_fmt)
+    for name, depth in _DEPTH_BY_NAME.items():
+        if base.startswith(name):
+            return depth
+    if base.startswith("nv"):
+        return 8
+    digits = re.search(r"(\d+)$", base)
+    depth = int(digits.group(1)) if digits and not base.startswith(("rgb", "bgr")) else 8
+    return depth if 9 <= depth <= 16 else 8
+
+
+def has_alpha_plane(pix_fmt: str) -> bool:
+    """Whether frames of the ffmpeg pixel format carry an alpha plane (yuva420p, argb, bgra, rgba64le …). A GIF
+    decodes to bgra whether or not it is transparent: `probe` asks the GIF itself."""
+    return bool(_ALPHA_FORMAT.match(pix_fmt))
+
+
+@dataclass(frozen=True)
+class Picture:
+    """What a video's pictures are beyond their pixels, as the file describes them (ffmpeg's names).
+
+    pix_fmt: the stream's pixel format; depth: its bits per sample (8, 10, 12 …).
+    matrix: the YCbCr matrix ("bt709", "bt2020nc", "smpte170m" …), primaries, transfer, range ("tv" limited,
+        "pc" full): "unknown" where the file does not say (players then guess from the size).
+    sar: sample aspect ratio of the frames as `FrameReader` gives them (upright: inverted for a quarter turn), 1
+        for square pixels; display width = width × sar.
+    alpha: the frames have a transparency plane the output can keep; alpha_decoder: the ffmpeg decoder that reads
+        it (libvpx-vp9 for VP9 with alpha: ffmpeg's own VP9 decoder drops it), None for the default one.
+    """
+
+    pix_fmt: str = "yuv420p"
+    depth: int = 8
+    matrix: str = "unknown"
+    primaries: str = "unknown"
+    transfer: str = "unknown"
+    range: str = "unknown"
+    sar: Fraction = Fraction(1)
+    alpha: bool = False
+    alpha_decoder: str | None = None
+
+    @property
+    def rgb(self) -> bool:
+        """Whether the frames are stored as RGB (or grey), not YCbCr: no matrix applies."""
+        return self.pix_fmt.startswith(("gbr", "rgb", "bgr", "argb", "abgr", "0rgb", "0bgr", "x2rgb", "x2bgr", "pal8",
+                                        "gray", "ya"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AudioTrack:
+    """One audio stream of a file: its position among the file's audio streams (`number`, 0-based), ffmpeg codec
+    name, channels, channel layout ("stereo", "5.1", "12 channels"; "" unknown), sample rate (Hz) and tags
+    (language, title, handler_name …, keys lower-cased)."""
+
+    number: int
+    codec: str
+    channels: int
+    layout: str
+    sample_rate: int
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def language(self) -> str | None:
+        language = self.tags.get("language")
+        return None if language in (None, "", "und") else language
 
 
 @dataclass(frozen=True)
@@ -46,6 +121,20 @@ class MediaInfo:
     audio_start: the same for the first audio packet (None without audio).
     hidden: packets of the video stream that are not frames: discarded by an edit list, or without a timestamp
         (the leading pictures of an open GOP cut off from their references). The decoder still receives them.
+    picture: colour description, bit depth, sample aspect ratio and alpha (`Picture`; an image's is the default).
+    audio_tracks: every audio stream (`AudioTrack`), in file order; has_audio and audio_codec describe the first.
+    other_streams: (kind, codec) of the streams that are neither the video nor audio: subtitles, data (a camera's
+        telemetry, timecode), attachments, further video streams.
+    tags: the container's tags as stored (title, creation_time, comment, location …; keys lower-cased).
+    video_tags: the video stream's own tags (language, title, handler_name …).
+    chapters: how many chapters the file has.
+    sizes: the display sizes (width, height) of the video's keyframes, in order of appearance, when they are not
+        all the same (a stream whose resolution changes mid-way); () when they are.
+    timing_note: how the frames' times were mended when the file's timestamps repeat or jump back (two
+        recordings joined end to end), None when they ascend.
+    content_id: a hash of every packet of every stream (their timestamps, sizes and a checksum of their bytes):
+        the same id means the same content, whatever the file's name, size or modification time; None when not
+        asked for (`probe(identify=True)`).
     """
 
     path: Path
@@ -69,3 +158,12 @@ class MediaInfo:
     start_time: Fraction = Fraction(0)
     audio_start: Fraction | None = None
     hidden: int = 0
+    picture: Picture = field(default_factory=Picture)
+    audio_tracks: tuple[AudioTrack, ...] = ()
+    other_streams: tuple[tuple[str, str], ...] = ()
+    tags: Mapping[str, str] = field(default_factory=dict)
+    video_tags: Mapping[str, str] = field(default_factory=dict)
+    chapters: int = 0
+    sizes: tuple[tuple[int, int], ...] = ()
+    timing_note: str | None = None
+    content_id: str | None = None

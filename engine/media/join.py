@@ -21,7 +21,7 @@ from engine.media.images import partial_path
 from engine.media.info import MediaInfo
 from engine.media.probe import probe
 from engine.media.timing import FrameTimes
-from engine.media.tools import find_ffmpeg
+from engine.media.tools import find_ffmpeg, find_ffprobe
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,11 @@ def join_segments(
     audio: cmd.Audio | None,
     metadata: Mapping[str, str],
     encoder: str = "libx264",
+    *,
+    tracks: Sequence[cmd.Track] | None = None,
+    chapters: bool = False,
+    video_tags: Mapping[str, str] | None = None,
+    picture: cmd.OutputPicture | None = None,
 ) -> MediaInfo:
     """Join video segments (path, frame count), played back to back, into `output`; returns what it holds.
 
@@ -45,6 +50,12 @@ def join_segments(
         a variable frame rate survives the join.
     script: where to write the concat demuxer's list (a job folder). audio, metadata: as for `FrameWriter` (a GIF
         gets no audio, and its metadata as a GIF comment). encoder: the one the segments were encoded with.
+    tracks: which of the source's streams go in and how (`cmd.Track`; None: its first audio stream); chapters: the
+        source's chapters too; video_tags: the video stream's tags (`cmd.concat_args`). picture: how the segments
+        were encoded (a GIF's alpha and sample aspect ratio; `FrameWriter`'s).
+    The last frame keeps its duration `last` (a one-frame video, a GIF's last delay): checked where it can be read
+    back (ffprobe's MP4/MOV track end, a GIF's delays; Matroska keeps it in its segment's duration only, and ffmpeg
+    alone cannot tell it for a file that leaves frame durations out).
     Like `FrameWriter`, the file is made under a temp name, checked to hold exactly the frames of the parts at
     their times, and only then renamed to `output`; on any error or interruption ffmpeg is stopped and the temp
     file deleted (DiskFull for a full disk, MediaError for another failure).
@@ -61,9 +72,12 @@ def join_segments(
     script.write_text(cmd.concat_list([(p, s) for (p, _), s in zip(parts, starts, strict=True)], end), "utf-8")
     partial = partial_path(output)
     if gif:
-        args = cmd.gif_args(ffmpeg, script, partial)
+        alpha, sar = (picture.alpha, picture.sar) if picture is not None else (False, Fraction(1))
+        args = cmd.gif_args(ffmpeg, script, partial, alpha=alpha, sar=sar, last=last)
     else:
-        args = cmd.concat_args(ffmpeg, script, partial, audio, metadata, encoder)
+        ending = _ending(parts[0][0], ffmpeg, times, counts[-1], end, cmd.muxer_for(output))
+        args = cmd.concat_args(ffmpeg, script, partial, audio, metadata, encoder, tracks=tracks, chapters=chapters,
+                               video_tags=video_tags, ending=ending)  # fmt: skip
     process, drain = children.start(args, subprocess.DEVNULL, subprocess.DEVNULL)
     try:
         returncode = process.wait()
@@ -81,7 +95,9 @@ def join_segments(
         except FacestudioError as exc:
             children.check_room(output)
             raise MediaError(f"the joined {output} cannot be read back: {exc}") from exc
-        check_times(written, times, counts[-1], output)
+        # The last frame's end is read back where it can be: ffprobe's MP4/MOV track end, a GIF's last delay.
+        readable = gif or (find_ffprobe(ffmpeg) is not None and cmd.muxer_for(output) in ("mp4", "mov"))
+        check_times(written, times, counts[-1], output, last if readable else None)
         os.replace(partial, output)
     except OSError as exc:
         children.stop(process, drain)
@@ -95,6 +111,20 @@ def join_segments(
         raise
     logger.info("joined %d segments into %s (%d frames)", len(parts), output, written.frame_count)
     return replace(written, path=output)
+
+
+def _ending(first: Path, ffmpeg: str, times: FrameTimes, frames: int, end: Fraction, muxer: str) -> cmd.Ending | None:
+    """The last frame's time and end in the ticks the output's muxer (`muxer`) writes (`cmd.Ending`): Matroska's
+    milliseconds, or MP4's and MOV's the segments' own; None when those are unknown."""
+    if muxer in ("matroska", "webm"):
+        tick = Fraction(1, 1000)
+    else:
+        stream = next((s for s in headers.read_header(first, ffmpeg).streams if s.kind == "video"), None)
+        if stream is None or stream.time_base is None:
+            return None
+        tick = stream.time_base
+    last = times.seconds(frames - 1) - times.seconds(0)
+    return cmd.Ending(round(last / tick), round(end / tick))
 
 
 def _comment_gif(path: Path, text: str) -> None:

@@ -7,8 +7,11 @@ packet, so `frame_count` is exact, and their timestamps say when each is shown.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ from engine.core.errors import InvalidInput, MediaError, TruncatedInput
 from engine.media import children, headers, images
 from engine.media import commands as cmd
 from engine.media.headers import Header, Stream
-from engine.media.info import MediaInfo
+from engine.media.info import AudioTrack, MediaInfo, Picture, has_alpha_plane, pixel_depth
 from engine.media.timing import Packet, frame_timing
 from engine.media.tools import find_ffmpeg, find_ffprobe
 
@@ -25,12 +28,18 @@ from engine.media.tools import find_ffmpeg, find_ffprobe
 _PACKET_FLAG_KEY = 0x1
 _PACKET_FLAG_DISCARD = 0x4
 _NOPTS = -(2**63)
+# Decoders that decode every frame when asked for keyframes only, and the longest stream looked at with them.
+_DECODE_EVERY_FRAME = frozenset({"vp8", "vp9", "av1"})
+_LONGEST_FULL_LOOK = 1500
 
 
-def probe(path: Path, ffmpeg: str | None = None) -> MediaInfo:
+def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> MediaInfo:
     """Validate a target or source file and describe it; the one place where input files are checked.
 
     ffmpeg: the executable `find_ffmpeg` chose, when the caller has it already (finding one runs `ffmpeg -version`).
+    identify: also hash every packet (`MediaInfo.content_id`) and decode the video's keyframes to find a
+    resolution that changes mid-way (`MediaInfo.sizes`; not for VP8, VP9 or AV1 over 1500 frames, whose decoders
+    would decode every frame): what a job's target needs, not a file just written.
     Raises InvalidInput, with a one-line message naming the path, when the file is missing, empty, a folder,
     unreadable, not an image or video, or has no video stream (an audio file, say); TruncatedInput, naming the
     expected and present frame counts, for an MP4/MOV cut short (its index lists frames the file lacks).
@@ -41,11 +50,13 @@ def probe(path: Path, ffmpeg: str | None = None) -> MediaInfo:
     image = images.open_image(path)
     if image is not None:
         with image:
-            return images.image_info(path, image)
+            info = images.image_info(path, image)
+        return replace(info, content_id=file_hash(path)) if identify else info
     ffmpeg = ffmpeg if ffmpeg is not None else find_ffmpeg()
     ffprobe = find_ffprobe(ffmpeg)
+    content_id = None
     if ffprobe is not None:
-        data = headers.run_ffprobe(cmd.ffprobe_probe_args(ffprobe, path), path)
+        data = headers.run_ffprobe(cmd.ffprobe_probe_args(ffprobe, path, identify), path)
         header = headers.from_ffprobe(data)
         video = _video_stream(path, header)
         packets, time_base = _packets_from_ffprobe(data, video.index)
@@ -54,6 +65,12 @@ def probe(path: Path, ffmpeg: str | None = None) -> MediaInfo:
         if audio is not None:
             sound, sound_base = _packets_from_ffprobe(data, audio.index)
             audio_start = _first_time(sound, sound_base)
+        if identify:
+            content_id = _identity(
+                f"{p.get('stream_index')},{p.get('pts')},{p.get('size')},{p.get('data_hash')}"
+                for p in data.get("packets", [])
+            )
+        chapters = len(data.get("chapters", []))
     else:
         count = children.run(cmd.ffmpeg_count_args(ffmpeg, path))
         header = headers.from_ffmpeg(count.stderr, path)
@@ -64,10 +81,36 @@ def probe(path: Path, ffmpeg: str | None = None) -> MediaInfo:
         packets, time_base = streams[0]
         # framecrc's timestamps are counted from the container's start time: put them back on the file's timeline.
         shift = round(header.start / time_base)
-        packets = [Packet(None if p.pts is None else p.pts + shift, p.duration, p.discard) for p in packets]
+        packets = [replace(p, pts=None if p.pts is None else p.pts + shift) for p in packets]
         first_audio = _first_time(*streams[1]) if 1 in streams else None
         audio_start = None if first_audio is None else first_audio + header.start
-    return _video_info(path, header, video, packets, time_base, audio_start)
+        if identify:
+            done = children.run(cmd.ffmpeg_identify_args(ffmpeg, path))
+            content_id = _identity(line for line in done.stdout.splitlines() if line and not line.startswith("#"))
+        chapters = len(re.findall(r"^    Chapter #", count.stderr, re.MULTILINE))
+    # An MP4's or MOV's index says where its video ends (Matroska's and others' ends are rounded or count other
+    # streams: their packets say it where they can) and, for a cut file, how many frames it should hold.
+    mov = bool({"mp4", "mov"} & set(header.format_name.split(",")))
+    moov, cut = _read_moov(path) if mov else (None, False)
+    ends = _video_track_end(moov)
+    end = None if ends is None else round(ends / time_base)
+    info = _video_info(
+        path, header, video, packets, time_base, audio_start, end, _frames_declared_by_cut_mp4(moov, cut)
+    )
+    # Keyframes only: where the decoder honours that (H.264, HEVC …) it costs little; VP8's, VP9's and AV1's decode
+    # every frame regardless, so a long one is not looked at (its frames are still scaled to the first size).
+    everything = video.codec in _DECODE_EVERY_FRAME and info.frame_count > _LONGEST_FULL_LOOK
+    sizes = _keyframe_sizes(path, ffmpeg, ffprobe, video.rotation) if identify and not everything else ()
+    if len(set(sizes)) > 1:
+        # The stream's size, as the demuxer reports it, may be any of them: every frame is fitted into the first.
+        info = replace(info, width=sizes[0][0], height=sizes[0][1])
+    return replace(
+        info,
+        picture=_picture(path, header, video, ffmpeg),
+        chapters=chapters,
+        content_id=content_id,
+        sizes=sizes if len(set(sizes)) > 1 else (),
+    )
 
 
 def read_video_metadata(path: Path) -> dict[str, str]:
@@ -77,6 +120,94 @@ def read_video_metadata(path: Path) -> dict[str, str]:
     a key written as "synthetic" reads back as "synthetic" from MP4, MOV and MKV alike.
     """
     return {key.lower(): value for key, value in headers.read_header(Path(path), find_ffmpeg()).tags.items()}
+
+
+def _identity(lines: Iterable[str]) -> str:
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8", "replace") + b"\n")
+    return digest.hexdigest()[:32]
+
+
+def file_hash(path: Path) -> str:
+    """sha256 of a file's bytes (an image, a source photo: small enough to read whole), 32 hex digits."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()[:32]
+
+
+def _keyframe_sizes(path: Path, ffmpeg: str, ffprobe: str | None, rotation: int) -> tuple[tuple[int, int], ...]:
+    """The display size of each keyframe of the video stream, in order (decoding keyframes only)."""
+    if ffprobe is not None:
+        done = children.run(cmd.ffprobe_keyframe_sizes_args(ffprobe, path))
+        found = [tuple(int(v) for v in line.split(",")[:2]) for line in done.stdout.split() if line.count(",") >= 1]
+    else:
+        done = children.run(cmd.ffmpeg_keyframe_sizes_args(ffmpeg, path))
+        found = [(int(w), int(h)) for w, h in re.findall(r"\bs:(\d+)x(\d+)\b", done.stderr)]
+    quarter = rotation in (90, 270)
+    return tuple((h, w) if quarter else (w, h) for w, h in found)  # type: ignore[misc]
+
+
+def _picture(path: Path, header: Header, video: Stream, ffmpeg: str) -> Picture:
+    """The video stream's `Picture`: its pixel format's depth, colour description, upright SAR and alpha."""
+    sar = video.sar if video.rotation not in (90, 270) else 1 / video.sar
+    alpha_mode = video.tags.get("alpha_mode") == "1" and video.codec in ("vp8", "vp9")
+    gif = header.format_name == "gif"
+    alpha = _gif_is_transparent(path, ffmpeg) if gif else has_alpha_plane(video.pix_fmt) or alpha_mode
+    return Picture(
+        pix_fmt=video.pix_fmt,
+        depth=pixel_depth(video.pix_fmt),
+        matrix=video.color_space,
+        primaries=video.color_primaries,
+        transfer=video.color_transfer,
+        range=video.color_range,
+        sar=sar,
+        alpha=alpha,
+        alpha_decoder=f"lib{'vpx' if video.codec == 'vp8' else 'vpx-vp9'}" if alpha_mode else None,
+    )
+
+
+def _gif_is_transparent(path: Path, ffmpeg: str) -> bool:
+    """Whether a GIF shows transparent pixels. ffmpeg decodes every GIF to bgra, and encoders mark a colour
+    transparent in later frames to leave the pixels of the one before (ffmpeg's own does): only a GIF whose frames
+    mark one at all (a Graphic Control Extension's flag; its blocks walked, pictures not decoded) has its first
+    frames' alpha decoded, and is transparent when a pixel of them is."""
+    if not _gif_marks_transparency(path):
+        return False
+    done = children.run_bytes(cmd.gif_alpha_args(ffmpeg, path, _GIF_ALPHA_FRAMES))
+    return done.returncode == 0 and bool(done.stdout) and min(done.stdout) < 255
+
+
+# How many frames of a GIF that marks a transparent colour are decoded to see whether any pixel is.
+_GIF_ALPHA_FRAMES = 100
+
+
+def _gif_marks_transparency(path: Path) -> bool:
+    """Whether any frame of a GIF marks a colour transparent (a Graphic Control Extension's flag)."""
+    data = path.read_bytes()
+    if len(data) < 13 or not data.startswith(b"GIF"):
+        return False
+    packed = data[10]
+    at = 13 + (3 * 2 ** ((packed & 0x07) + 1) if packed & 0x80 else 0)
+    while at < len(data):
+        block = data[at]
+        if block == 0x3B:  # trailer
+            return False
+        if block == 0x21:  # extension: label, then sub-blocks
+            if data[at + 1 : at + 2] == b"\xf9" and at + 3 < len(data) and data[at + 3] & 0x01:
+                return True
+            at += 2
+        elif block == 0x2C:  # image: descriptor, local colour table, LZW code size, then sub-blocks
+            local = data[at + 9] if at + 9 < len(data) else 0
+            at += 10 + (3 * 2 ** ((local & 0x07) + 1) if local & 0x80 else 0) + 1
+        else:
+            return False
+        while at < len(data) and data[at]:  # sub-blocks, each its length then its bytes, ended by a 0
+            at += data[at] + 1
+        at += 1
+    return False
 
 
 def _video_stream(path: Path, header: Header) -> Stream:
@@ -139,17 +270,17 @@ def _video_info(
     packets: Sequence[Packet],
     time_base: Fraction,
     audio_start: Fraction | None,
+    end: int | None = None,
+    declared: int | None = None,
 ) -> MediaInfo:
-    if "mp4" in header.format_name.split(","):
-        declared = _frames_declared_by_cut_mp4(path)
-        if declared is not None and declared > len(packets):
-            raise TruncatedInput(
-                f"{path} is cut short (expected {declared} frames, the file holds {len(packets)}): "
-                "re-export or re-download it"
-            )
+    if declared is not None and declared > len(packets):
+        raise TruncatedInput(
+            f"{path} is cut short (expected {declared} frames, the file holds {len(packets)}): "
+            "re-export or re-download it"
+        )
     if not any(not p.discard for p in packets):
         raise InvalidInput(f"{path} has a video stream with no frames in it: re-export or re-download it")
-    timing = frame_timing(packets, time_base)
+    timing = frame_timing(packets, time_base, end)
     frames, duration = timing.frames, timing.duration
     # Denominators up to 1001 hold every broadcast rate (24000/1001, 30000/1001 …) exactly; the error this
     # rounding adds to a variable-rate average is far below one frame over any realistic length.
@@ -178,20 +309,37 @@ def _video_info(
         start_time=timing.first_pts * timing.time_base,
         audio_start=audio_start if audio is not None else None,
         hidden=timing.hidden,
+        audio_tracks=tuple(
+            AudioTrack(n, s.codec, s.channels, _layout(s), s.sample_rate, s.tags)
+            for n, s in enumerate(header.of_kind("audio"))
+        ),
+        other_streams=tuple(
+            (s.kind, s.codec) for s in header.streams if s.kind not in ("audio",) and s.index != video.index
+        ),
+        tags={key.lower(): value for key, value in header.tags.items()},
+        video_tags=dict(video.tags),
+        timing_note=timing.note,
     )
 
 
-def _frames_declared_by_cut_mp4(path: Path) -> int | None:
-    """For an MP4/MOV file that ends before its last top-level box does (a cut download or copy), the sample
-    count the index (`moov`) declares for its first video track; None when the file is whole or it is unknown.
+# ffmpeg's default layout for a channel count: what it prints for a stream whose file names none (ffprobe: "").
+_DEFAULT_LAYOUTS = {1: "mono", 2: "stereo", 3: "2.1", 4: "4.0", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
 
-    ffmpeg reads a cut file without failing: it just stops at the last complete frame. Comparing with the
-    index is the only way to tell, and the same in the ffprobe and the ffmpeg-only path. Only a cut file is
-    compared: in a whole one, an edit list may legitimately hide samples the index lists (a trimmed clip).
-    """
+
+def _layout(stream: Stream) -> str:
+    """The channel layout as ffmpeg names it, the same from ffprobe and from ffmpeg alone ("" for a count with no
+    layout of its own: "12 channels")."""
+    layout = stream.channel_layout
+    if not layout or re.match(r"\d+ channels\b", layout):  # "12 channels (FL+FR+…)": a count, not a named layout
+        return _DEFAULT_LAYOUTS.get(stream.channels, "")
+    return layout
+
+
+def _read_moov(path: Path) -> tuple[bytes | None, bool]:
+    """An MP4/MOV file's index (its `moov` box's payload, None when there is none) and whether the file ends before
+    its last top-level box does (a cut download or copy)."""
     size = path.stat().st_size
     moov: bytes | None = None
-    cut = False
     with path.open("rb") as f:
         offset = 0
         while offset + 8 <= size:
@@ -201,32 +349,71 @@ def _frames_declared_by_cut_mp4(path: Path) -> int | None:
             header = 8
             if box_size == 1:  # 64-bit size follows the type
                 if len(head) < 16:
-                    cut = True
-                    break
+                    return moov, True
                 box_size, header = struct.unpack(">Q", head[8:16])[0], 16
             elif box_size == 0:  # the box runs to the end of the file
                 box_size = size - offset
             if box_size < header:
-                return None  # not a box structure we understand
+                return None, False  # not a box structure we understand
             if offset + box_size > size:
-                cut = True
-                break
+                return moov, True
             if box_type == b"moov":
                 f.seek(offset + header)
                 moov = f.read(box_size - header)
             offset += box_size
-    if not cut or moov is None:
-        return None
+    return moov, False
+
+
+def _video_trak(moov: bytes) -> bytes | None:
+    """The first video track (`trak` whose handler is `vide`) of an index."""
     for trak in _boxes(moov, b"trak"):
         mdia = next(_boxes(trak, b"mdia"), b"")
         handler = next(_boxes(mdia, b"hdlr"), b"")
-        if handler[8:12] != b"vide":  # hdlr: version/flags (4), pre_defined (4), handler_type (4)
-            continue
-        stbl = next(_boxes(next(_boxes(mdia, b"minf"), b""), b"stbl"), b"")
-        sizes = next(_boxes(stbl, b"stsz"), None) or next(_boxes(stbl, b"stz2"), None)
-        # stsz: version/flags, sample_size, sample_count; stz2: version/flags, reserved + field_size, sample_count
-        return struct.unpack(">I", sizes[8:12])[0] if sizes is not None and len(sizes) >= 12 else None
+        if handler[8:12] == b"vide":  # hdlr: version/flags (4), pre_defined (4), handler_type (4)
+            return trak
     return None
+
+
+def _frames_declared_by_cut_mp4(moov: bytes | None, cut: bool) -> int | None:
+    """For an MP4/MOV file that ends before its last top-level box does (a cut download or copy), the sample
+    count the index (`moov`) declares for its first video track; None when the file is whole or it is unknown.
+
+    ffmpeg reads a cut file without failing: it just stops at the last complete frame. Comparing with the
+    index is the only way to tell, and the same in the ffprobe and the ffmpeg-only path. Only a cut file is
+    compared: in a whole one, an edit list may legitimately hide samples the index lists (a trimmed clip).
+    """
+    trak = _video_trak(moov) if cut and moov is not None else None
+    if trak is None:
+        return None
+    mdia = next(_boxes(trak, b"mdia"), b"")
+    stbl = next(_boxes(next(_boxes(mdia, b"minf"), b""), b"stbl"), b"")
+    sizes = next(_boxes(stbl, b"stsz"), None) or next(_boxes(stbl, b"stz2"), None)
+    # stsz: version/flags, sample_size, sample_count; stz2: version/flags, reserved + field_size, sample_count
+    return struct.unpack(">I", sizes[8:12])[0] if sizes is not None and len(sizes) >= 12 else None
+
+
+def _video_track_end(moov: bytes | None) -> Fraction | None:
+    """Where an MP4/MOV file's first video track ends on its presentation timeline, seconds: its `tkhd` duration
+    (its edits' total, in the `mvhd` time scale), which players show it for. ffprobe's stream duration is the
+    samples' decode-time total instead, short of the end by a reordered last frame's offset. None where the index
+    says none (a fragmented MP4)."""
+    if moov is None:
+        return None
+    mvhd = next(_boxes(moov, b"mvhd"), b"")
+    trak = _video_trak(moov)
+    tkhd = next(_boxes(trak, b"tkhd"), b"") if trak is not None else b""
+    if len(mvhd) < 20 or len(tkhd) < 28:
+        return None
+    # mvhd: version/flags, creation and modification (4 or 8 each), time scale (4), duration; tkhd: version/flags,
+    # creation and modification (4 or 8 each), track id (4), reserved (4), duration (4 or 8).
+    scale = struct.unpack(">I", mvhd[20:24] if mvhd[0] == 1 else mvhd[12:16])[0]
+    if tkhd[0] == 1:
+        duration = struct.unpack(">Q", tkhd[28:36])[0] if len(tkhd) >= 36 else 0
+    else:
+        duration = struct.unpack(">I", tkhd[20:24])[0]
+    if not scale or not duration or duration in (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF):
+        return None
+    return Fraction(duration, scale)
 
 
 def _boxes(data: bytes, wanted: bytes) -> Iterator[bytes]:

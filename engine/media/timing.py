@@ -47,7 +47,8 @@ class Packet:
 class Timing:
     """What the packets of a video stream say about its frames (see `MediaInfo` for each field).
 
-    first_pts: the first frame's timestamp in ticks on the file's timeline; hidden: packets that are not frames.
+    first_pts: the first frame's timestamp in ticks on the file's timeline; hidden: packets that are not frames;
+    note: how the times were mended when the file's timestamps repeat or jump back (None when they ascend).
     """
 
     frames: int
@@ -57,36 +58,110 @@ class Timing:
     time_base: Fraction
     first_pts: int
     hidden: int
+    note: str | None = None
 
 
-def frame_timing(packets: Sequence[Packet], time_base: Fraction) -> Timing:
+def frame_timing(packets: Sequence[Packet], time_base: Fraction, end: int | None = None) -> Timing:
     """The frames of a video stream from its packets (in file order) and their time base.
 
     A packet is a frame unless the container marks it discarded (before an edit list's start), or it is a picture
     no decoder can show: one before the first keyframe, or a leading picture of that keyframe's open GOP (shown
     before it, so it refers to frames a cut removed), which carries no timestamp or an earlier one than the
-    keyframe's. The last frame lasts the median gap between frames. Its own packet
-    duration is not used: ffmpeg's stream copy rewrites packet durations from decode-order timestamps in some
-    versions and not in others, which would make the ffprobe and ffmpeg-only answers differ for variable-rate
-    files. A stream whose packets carry no timing at all is taken as 25 fps, frame i at i / 25 s.
+    keyframe's. The last frame lasts until `end` (the stream's end in ticks on the file's timeline, when the
+    container says where it is: MP4's track duration, Matroska's DURATION tag), else its own packet's duration when
+    the container stores one (a GIF's delays), else the median gap between frames: so a one-frame video keeps its
+    frame's duration and a GIF its last delay; a duration within half the median gap of it is taken as the
+    median (rounding, not a longer frame). A stream whose packets carry no timing at all is taken as 25 fps,
+    frame i at i / 25 s.
+
+    Timestamps that repeat or jump back (two recordings joined end to end, a muxer's mistake) cannot be put in
+    order: the decoder gives such frames in file order. They are mended (`mend`) and the Timing says so in `note`.
     """
     # Discarded packets are decoded (as references) and hidden, so the first keyframe is found among all of them.
     kept = [p for p in _showable(list(packets)) if not p.discard]
-    timed = sorted(p.pts for p in kept if p.pts is not None)
+    timed = [p for p in kept if p.pts is not None]
     hidden = len(packets) - len(kept)
     if len(timed) >= 2:
         hidden += len(kept) - len(timed)
-        gaps = [b - a for a, b in itertools.pairwise(timed)]
-        ticks = timed[-1] - timed[0] + round(statistics.median(gaps))
-        if ticks > 0:
-            stamps = tuple(t - timed[0] for t in timed)
+        stamps, note = mend([p.pts for p in timed], [p.key for p in timed])  # type: ignore[misc]
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
+        median = round(statistics.median(gaps))
+        last = max(timed, key=lambda p: p.pts)  # type: ignore[arg-type, return-value]
+        own = 0
+        if end is not None and note is None and end > last.pts:  # type: ignore[operator]
+            own = end - last.pts  # type: ignore[operator]
+        elif last.duration > 0 and note is None:
+            own = last.duration
+        # The container's own last duration where it is clearly the frame's own (a GIF's long last delay, a held
+        # last frame); within half the usual gap of it, it is rounding (Matroska's milliseconds, an edit list's
+        # cut), and the usual gap keeps a constant-rate clip at its exact rate.
+        if abs(own - median) * 2 <= median:
+            own = median
+        ticks = stamps[-1] - stamps[0] + (own or median)
+        if ticks > 0 and median > 0:
+            relative = tuple(t - stamps[0] for t in stamps)
             vfr = max(gaps) - min(gaps) > 1
-            return Timing(len(timed), ticks * time_base, vfr, stamps, time_base, timed[0], hidden)
+            return Timing(len(timed), ticks * time_base, vfr, relative, time_base, stamps[0], hidden, note)
     if len(kept) == 1 and kept[0].duration > 0:
         return Timing(1, kept[0].duration * time_base, False, (0,), time_base, kept[0].pts or 0, hidden)
+    if len(kept) == 1 and end is not None and kept[0].pts is not None and end > kept[0].pts:
+        return Timing(1, (end - kept[0].pts) * time_base, False, (0,), time_base, kept[0].pts, hidden)
     logger.warning("video packets carry no usable timing; assuming %s fps", FALLBACK_FPS)
     count = len(kept)
     return Timing(count, count / FALLBACK_FPS, False, tuple(range(count)), 1 / FALLBACK_FPS, 0, hidden)
+
+
+# The most packets a decoder reorders (H.264's and HEVC's largest picture buffer is 16 frames).
+_REORDER_WINDOW = 16
+
+
+def mend(pts: Sequence[int], keys: Sequence[bool]) -> tuple[list[int], str | None]:
+    """Presentation times (ticks, ascending, one per frame) for the timestamps `pts` of a stream's frames in file
+    order (`keys`: which are keyframes), and a note when they had to be mended (else None).
+
+    Timestamps normally ascend once B-frame reordering is undone: a keyframe is never shown before a frame stored
+    ahead of it. One that is (an earlier timestamp than any before it) starts a new part: the file jumps back, as
+    recordings joined end to end do. (Where every packet is marked a keyframe, so the marks say nothing, a jump is
+    a timestamp earlier than one stored more than `_REORDER_WINDOW` packets before it: further than any decoder
+    reorders.) Each part keeps its own gaps and is moved to start one gap after the part before it ends, so the
+    frames are timed in the order the decoder gives them. Within a part, a timestamp shared by two frames times
+    the part at its median gap.
+    """
+    marked = not all(keys)
+    parts: list[list[int]] = [[]]
+    highest: list[int] = []  # the highest timestamp of the current part up to each of its packets
+    for stamp, key in zip(pts, keys, strict=True):
+        if marked:
+            jump = key and bool(highest) and stamp <= highest[-1]
+        else:
+            jump = len(highest) > _REORDER_WINDOW and stamp < highest[-_REORDER_WINDOW - 1]
+        if jump:
+            parts.append([])
+            highest = []
+        parts[-1].append(stamp)
+        highest.append(max(stamp, highest[-1]) if highest else stamp)
+    repeats = 0
+    mended: list[int] = []
+    for part in parts:
+        ordered = sorted(part)
+        gaps = [b - a for a, b in itertools.pairwise(ordered) if b > a]
+        step = round(statistics.median(gaps)) if gaps else 1
+        if len(set(ordered)) < len(ordered):
+            repeats += len(ordered) - len(set(ordered))
+            ordered = [ordered[0] + k * step for k in range(len(ordered))]
+        shift = 0 if not mended else mended[-1] + step - ordered[0]
+        mended += [t + shift for t in ordered]
+    if len(parts) == 1 and not repeats:
+        return mended, None
+    what = []
+    if len(parts) > 1:
+        what.append(f"jump back {len(parts) - 1} time{'s' if len(parts) > 2 else ''} (recordings joined end to end)")
+    if repeats:
+        what.append(f"repeat for {repeats} frame{'s' if repeats > 1 else ''}")
+    return mended, (
+        f"timing: the target's timestamps {' and '.join(what)}; its frames are timed in file order, each part "
+        "keeping its own frame gaps"
+    )
 
 
 def _showable(packets: list[Packet]) -> list[Packet]:
@@ -367,6 +442,12 @@ def audio_for(info: MediaInfo, span: Span, source: Path | None = None, codec: st
     """
     if not info.has_audio or info.kind != "video":
         return None
+    return source_for(info, span, source, codec)
+
+
+def source_for(info: MediaInfo, span: Span, source: Path | None = None, codec: str | None = None) -> Audio:
+    """The target as the join's second input, timed to `span` as `audio_for` times its audio (for its audio
+    tracks, subtitles and chapters; a file without audio too)."""
     start = info.start_time + span.start
     end = None if span.end is None else info.start_time + span.end
     gap = Fraction(info.duration) / info.frame_count

@@ -82,6 +82,18 @@ def available_encoders(ffmpeg: str) -> frozenset[str]:
     return frozenset(line.split()[1] for line in lines[start:] if len(line.split()) >= 2)
 
 
+def encoder_pixel_formats(encoder: str, ffmpeg: str | None = None) -> frozenset[str]:
+    """The pixel formats `ffmpeg`'s `encoder` takes ("yuv420p", "yuv420p10le" …), from `ffmpeg -h encoder=NAME`;
+    empty when it does not list them (or has no such encoder)."""
+    ffmpeg = ffmpeg if ffmpeg is not None else find_ffmpeg()
+    try:
+        done = _ask(ffmpeg, tuple(cmd.encoder_help_args(ffmpeg, encoder)))
+    except OSError:
+        return frozenset()
+    line = next((line for line in done.stdout.splitlines() if "Supported pixel formats:" in line), "")
+    return frozenset(line.split(":", 1)[1].split()) if line else frozenset()
+
+
 def check_encoder(encoder: str, ffmpeg: str | None = None) -> None:
     """Raise InvalidInput, naming the encoder and what to do, when `ffmpeg` (default: `find_ffmpeg()`) was built
     without the video encoder `encoder` (one of `ffmpeg_commands.VIDEO_ENCODERS`); BackendUnavailable when it is an

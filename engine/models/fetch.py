@@ -11,10 +11,12 @@ trust_first=True)` (the CLI's `models fetch ID --trust-first`) downloads it, and
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import logging
 import os
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -93,10 +95,11 @@ def fetch(
     """
     if item.sha256 is None and not trust_first:
         raise ModelUnavailable(_missing_message([item], folder, "no published sha256", _TRUST_FIRST))
-    folder.mkdir(parents=True, exist_ok=True)
     final = folder / item.filename
     if _present(item, final) or (item.sha256 is None and final.is_file()):
         return final
+    check_writable(folder, [item])
+    folder.mkdir(parents=True, exist_ok=True)
     part = folder / f"{item.filename}.part"
     try:
         _download(item, part, progress=progress, timeout=timeout, user_agent=user_agent)
@@ -145,6 +148,8 @@ def ensure(
         raise ModelUnavailable(message)
     if missing and offline:
         raise ModelUnavailable(_missing_message(missing, folder, "offline", "or run without --offline"))
+    if missing:
+        check_writable(folder, missing)
     failed: list[Downloadable] = []
     first_error: ModelUnavailable | None = None
     for item in missing:
@@ -164,6 +169,28 @@ def ensure(
             )
         ) from first_error
     return paths
+
+
+def check_writable(folder: Path, items: Sequence[Downloadable]) -> None:
+    """ModelUnavailable naming `folder` when downloads cannot be written there (a read-only folder or disk, or
+    one this user may not write): the network is not the problem, so the message does not say it is."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    try:
+        if existing is None or not existing.is_dir():
+            raise NotADirectoryError(str(existing))
+        # Permission bits do not tell (root, read-only mounts): try what the download will do.
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            why = "read-only"
+        else:
+            why = f"not a writable folder ({exc.strerror or exc})"
+        listing = ", ".join(item.filename for item in items)
+        raise ModelUnavailable(
+            f"cannot download {listing} into {folder}: {existing} is {why}; set FACESTUDIO_MODELS to a writable "
+            "folder, or copy the files there"
+        ) from None
 
 
 def _present(item: Downloadable, path: Path) -> bool:

@@ -1,5 +1,6 @@
-"""The provenance of one run, as the pipeline drives it: `begin` before any output work, `Seal.seal` on the
-finished file just before it is renamed to the output path, `Seal.describe` into the sidecar (the watermark goes
+"""The provenance of one run, as the pipeline drives it: `begin` before any output work, `Seal.describe` into the
+sidecar, then `Seal.seal` on the finished file just before it is renamed to the output path, with the sidecar's
+sha256 in the signed assertion, so `verify` can tell an edited sidecar from the one written (the watermark goes
 into frames where they are written: `watermark.marker(job.video.watermark)`).
 
 The key is checked and the content check run in `begin`, so a bad key or a refused target stops the job before
@@ -8,6 +9,7 @@ a frame is processed; the inputs are hashed there too (they are the ingredients 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,29 +39,43 @@ class Seal:
     content: content.ContentCheck | None
     signed: dict[str, Any] | None = field(default=None)
 
-    def seal(self, path: Path) -> None:
-        """Sign the finished output file at `path` (its temp name; the extension is the output's) in place.
+    def plan(self) -> dict[str, Any]:
+        """What `seal` will do, decided before it does it (the sidecar records it, and the signature covers the
+        sidecar): sign, and when; or why the output cannot carry credentials."""
+        if self.signed is None:
+            output = self.job.output
+            if not credentials.supports(output):
+                reason = f"{output.suffix} files cannot carry C2PA Content Credentials"
+                self.signed = {"signed": False, "reason": reason}
+            else:
+                self.signed = {
+                    "signed": True,
+                    "standard": "C2PA",
+                    "signer": self.key.subject,
+                    "key": "user" if self.key.origin == "user" else "this installation (self-issued)",
+                    "when": datetime.now(UTC).isoformat(timespec="seconds"),
+                }
+        return self.signed
+
+    def seal(self, path: Path, sidecar: str | None = None) -> None:
+        """Sign the finished output file at `path` (its temp name; the extension is the output's) in place, as
+        `plan` says; `sidecar`: the text of the sidecar written beside it, whose sha256 the assertion records.
         Raises credentials.SigningFailed; a format C2PA cannot carry is left unsigned (said in `describe`)."""
-        output = self.job.output
-        if not credentials.supports(output):
-            log.warning("%s cannot carry Content Credentials: written without them", output.suffix)
-            self.signed = {"signed": False, "reason": f"{output.suffix} files cannot carry C2PA Content Credentials"}
+        signed = self.plan()
+        if not signed["signed"]:
+            log.warning("%s cannot carry Content Credentials: written without them", self.job.output.suffix)
             return
-        when = datetime.now(UTC).isoformat(timespec="seconds")
+        assertion = self._assertion()
+        if sidecar is not None:
+            assertion["sidecar_sha256"] = sidecar_digest(sidecar)
         definition = credentials.manifest(
-            output.name, self.version, list(self.job.processors), self.ingredients, when, self._assertion()
+            self.job.output.name, self.version, list(self.job.processors), self.ingredients, signed["when"], assertion
         )
         credentials.sign(path, definition, self.key)
-        self.signed = {
-            "signed": True,
-            "standard": "C2PA",
-            "signer": self.key.subject,
-            "key": "user" if self.key.origin == "user" else "this installation (self-issued)",
-            "when": when,
-        }
 
     def describe(self) -> dict[str, Any]:
-        """The sidecar's `provenance` record."""
+        """The sidecar's `provenance` record (what the seal will do: `plan`)."""
+        self.plan()
         return {
             "credentials": self.signed,
             "ingredients": [{"title": i.title, "sha256": i.sha256} for i in self.ingredients],
@@ -82,6 +98,11 @@ class Seal:
             "watermark": self.job.video.watermark,
             "content_check": None if self.content is None else self.content.describe(),
         }
+
+
+def sidecar_digest(text: str) -> str:
+    """sha256 (hex) of a sidecar's text as written (UTF-8): what the signed assertion records of it."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def begin(

@@ -4,7 +4,10 @@ Reads and validates the file's C2PA Content Credentials (anyone's: facestudio's,
 c2pa-python: whether the signature and the hashes of the file's bytes hold (a changed byte breaks them), who signed
 (the certificate; this installation's own key is recognised), what was done (actions, AI-generated or not,
 processors), from what (ingredients) and when (as the signer claims it, or a trusted timestamp when there is one).
-Then the facestudio watermark (engine/provenance/watermark.py) and the synthetic-media tags of the container.
+Then the facestudio watermark (engine/provenance/watermark.py) and the synthetic-media tags of the container, and
+the job sidecar beside the file (`<file>.job.json`) against the sha256 the signature recorded of it: given the
+file or its sidecar, either way round, an edited sidecar is named. An empty file or one that is no media (and
+carries no credentials) is refused as such, not reported as tampered with.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from engine import media as video
 from engine.core.errors import FacestudioError, InvalidInput
 from engine.provenance import keys, watermark
 from engine.provenance.credentials import ASSERTION
+from engine.provenance.seal import sidecar_digest
+
+SIDECAR = ".job.json"
 
 log = logging.getLogger(__name__)
 
@@ -60,24 +66,62 @@ class Report:
     facestudio: dict[str, Any] | None = None
     watermark: dict[str, Any] | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    # The job sidecar beside the file: its name, and `state`: "matches" (the signature recorded its sha256),
+    # "edited" (it differs from what was signed), "unrecorded" (the credentials record no sidecar), "unsigned" (the
+    # file carries no valid credentials to check it against), "none" (there is no sidecar).
+    sidecar: dict[str, str] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
 
 def inspect(path: Path) -> Report:
-    """Verify `path`. InvalidInput when it does not exist or is not a file."""
+    """Verify `path`, a media file or its job sidecar (`<file>.job.json`: the file beside it is verified, and the
+    sidecar checked against it). InvalidInput when it does not exist, is not a file, is empty, is a sidecar
+    without its file, or is no media and carries no credentials."""
     path = Path(path)
     if not path.is_file():
         raise InvalidInput(f"{path.name} does not exist" if not path.exists() else f"{path.name} is not a file")
+    if path.name.endswith(SIDECAR) and path.name != SIDECAR:
+        media = path.with_name(path.name[: -len(SIDECAR)])
+        if not media.is_file():
+            raise InvalidInput(
+                f"{path.name} is a job sidecar, but its file {media.name} is not beside it: nothing to check it "
+                f"against (verify {media.name} where it is)"
+            )
+        path = media
+    if path.stat().st_size == 0:
+        raise InvalidInput(f"{path.name} is empty (0 bytes): nothing was ever signed in it")
     kind = _kind(path)
     found = _credentials(path)
+    if kind is None and found["credentials"] == "none":
+        raise InvalidInput(
+            f"{path.name} is not a media file (no image or video, and no Content Credentials in it): nothing to verify"
+        )
     mark = None
     if kind is not None:
         detection = watermark.detect(path, kind)
         mark = {"found": detection.found, "score": round(detection.z, 2), "threshold": round(detection.threshold, 2),
                 "frames": detection.frames}  # fmt: skip
-    return Report(file=path.name, kind=kind, watermark=mark, tags=_tags(path, kind), **found)
+    sidecar = _sidecar(path, found)
+    return Report(file=path.name, kind=kind, watermark=mark, tags=_tags(path, kind), sidecar=sidecar, **found)
+
+
+def _sidecar(path: Path, found: Mapping[str, Any]) -> dict[str, str]:
+    """The sidecar beside `path` checked against the sha256 its signed assertion recorded (see `Report.sidecar`)."""
+    side = path.with_name(path.name + SIDECAR)
+    if not side.is_file():
+        return {"file": side.name, "state": "none"}
+    if found["credentials"] != "valid":
+        return {"file": side.name, "state": "unsigned"}
+    recorded = (found.get("facestudio") or {}).get("sidecar_sha256")
+    if not recorded:
+        return {"file": side.name, "state": "unrecorded"}
+    try:
+        text = side.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {"file": side.name, "state": "edited"}
+    return {"file": side.name, "state": "matches" if sidecar_digest(text) == recorded else "edited"}
 
 
 def render(report: Report) -> str:
@@ -130,7 +174,18 @@ def render(report: Report) -> str:
         )
     if report.tags:
         lines.append("tags: " + ", ".join(f"{k}={v}" for k, v in report.tags.items()))
+    if report.sidecar is not None:
+        lines.append(f"sidecar: {report.sidecar['file']} {_SIDECAR_STATES[report.sidecar['state']]}")
     return "\n".join(lines)
+
+
+_SIDECAR_STATES = {
+    "matches": "matches what was signed",
+    "edited": "was EDITED after signing (it differs from the sidecar the signature recorded)",
+    "unrecorded": "cannot be checked: the credentials record no sidecar (signed by another tool or an older version)",
+    "unsigned": "cannot be checked: the file carries no valid Content Credentials",
+    "none": "none beside the file",
+}
 
 
 def _kind(path: Path) -> str | None:
@@ -227,5 +282,7 @@ def _tags(path: Path, kind: str | None) -> dict[str, str]:
 
 
 def exit_code(report: Report) -> int:
-    """0 when the credentials hold or there are none, 2 when they are invalid (tampered or damaged)."""
-    return 2 if report.credentials == "invalid" else 0
+    """0 when the credentials hold or there are none, 2 when they are invalid (tampered or damaged) or the sidecar
+    beside the file was edited after signing."""
+    edited = report.sidecar is not None and report.sidecar["state"] == "edited"
+    return 2 if report.credentials == "invalid" or edited else 0

@@ -22,7 +22,7 @@ from engine.core.types import Face, Frame
 from engine.faces import FaceAnalyser
 from engine.faces.boxes import area
 from engine.faces.people import Gallery, Scan, ScanCache, TakeTurn, check_mapping, scan, scan_key
-from engine.faces.select import order_faces, select, source_identity
+from engine.faces.select import SourceChoice, order_faces, select, source_identity
 from engine.faces.serial import SerialAnalyser
 from engine.faces.tracking import FaceTracker
 from engine.job.settings import FacesSettings
@@ -43,7 +43,7 @@ def analyser_model_ids(settings: FacesSettings) -> list[str]:
 def build_analyser(settings: FacesSettings, runtime: Runtime) -> FaceAnalyser:
     """The analyser `faces.analyser` names: dlib (embedded, offline) or InsightFace buffalo_l (downloaded); built
     once per Runtime (loading dlib's models takes about a second) and safe to share between threads."""
-    key = ("face_analyser", settings.analyser, settings.detector)
+    key = ("face_analyser", settings.analyser, settings.detector, settings.min_face)
     return runtime.warm(key, lambda: SerialAnalyser(_new_analyser(settings, runtime)))
 
 
@@ -60,7 +60,7 @@ def _new_analyser(settings: FacesSettings, runtime: Runtime) -> FaceAnalyser:
         spec = runtime.manifest.models.get(model_id)
         for file in spec.files if spec is not None else ():
             runtime.is_present(file)
-    return EmbeddedAnalyser(settings.detector)
+    return EmbeddedAnalyser(settings.detector, min_face=settings.min_face)
 
 
 @dataclass(frozen=True)
@@ -73,19 +73,22 @@ class SourceFace:
 
 @dataclass(frozen=True)
 class SourceIdentity:
-    """The job's source person: the mean embedding of all source faces (in `recogniser`'s space) and the faces."""
+    """The job's source person: the mean embedding of all source faces (in `recogniser`'s space), the faces, and
+    which face of each photo was taken (`choices`: its count, the one used, why)."""
 
     embedding: npt.NDArray[np.float32]
     recogniser: str
     faces: tuple[SourceFace, ...]
+    choices: tuple[SourceChoice, ...] = ()
 
 
-def load_sources(analyser: FaceAnalyser, paths: Sequence[Path]) -> SourceIdentity:
-    """Read, detect and embed every source image; NoFaceInSource names the images without a face."""
+def load_sources(analyser: FaceAnalyser, paths: Sequence[Path], pick: int = 0) -> SourceIdentity:
+    """Read, detect and embed every source image (its largest face, or with `pick` its pick-th from the left:
+    `faces.source_face`); NoFaceInSource names the images without a face."""
     images = [video.read_image(p)[0] for p in paths]
-    embedding, found = source_identity(analyser, images, [str(p) for p in paths])
+    embedding, found, choices = source_identity(analyser, images, [str(p) for p in paths], pick)
     faces = tuple(SourceFace(img, face) for img, face in found)
-    return SourceIdentity(np.asarray(embedding, np.float32), analyser.recogniser, faces)
+    return SourceIdentity(np.asarray(embedding, np.float32), analyser.recogniser, faces, tuple(choices))
 
 
 @dataclass
@@ -128,7 +131,7 @@ class FaceStage:
         if settings.selector == "map":
             cast = _cast(settings, analyser, sources)
         elif sources:
-            source = load_sources(analyser, sources)
+            source = load_sources(analyser, sources, settings.source_face)
         if settings.selector == "map" or people:
             found = scan_target(settings, runtime, analyser, target)
             if settings.selector == "map":
@@ -321,7 +324,7 @@ def _cast(settings: FacesSettings, analyser: FaceAnalyser, sources: Sequence[Pat
                 f"faces.people: person {entry.person} takes source {missing[0]}, but the job has "
                 f"{len(sources)} source image{'s' if len(sources) != 1 else ''}"
             )
-        cast[entry.person] = load_sources(analyser, [sources[i] for i in entry.sources])
+        cast[entry.person] = load_sources(analyser, [sources[i] for i in entry.sources], settings.source_face)
     return cast
 
 

@@ -2,11 +2,13 @@
 script), who owns it, the start-up sweep of folders left by dead jobs, and the disk-space check.
 
 Where: `$FACESTUDIO_JOBS/<key>/`, by default `<cache>/jobs/<key>/` (`$FACESTUDIO_CACHE`, else `.cache/` in the
-checkout); `<key>` is `segments.job_key` of the target and output, so the same job always finds its folder.
+checkout); `<key>` is `segments.job_key` of the output, so the same job always finds its folder (the target's
+content id is in the manifest's settings: a changed target is refused, not resumed).
 
     owner.json     the process working in it: PID, that process's start time (PIDs are reused), host name
     manifest.json  the job's settings and fingerprint, the segment plan, and each finished segment
-    seg-NNNNN.mp4  finished, verified segments (only files listed in the manifest count)
+    seg-NNNNN.mp4  finished, verified segments (only files listed in the manifest count; .mov or .mkv for encoders
+                   MP4 cannot hold)
     work-PID/      segments being encoded by process PID (a killed process's leftovers never mix with its successor's)
 
 When a folder is removed:
@@ -159,6 +161,12 @@ class JobFolder:
             assert earlier is not None
             if earlier.get("fingerprint") != fingerprint or earlier.get("plan") != plan.to_raw():
                 changed = segments.differences(earlier.get("settings", {}), settings) or ["video.segment_frames"]
+                if "target_content" in changed:
+                    raise InvalidInput(
+                        f"cannot resume: the target {describe.get('target')} is not the file the interrupted job for "
+                        f"{describe.get('output')} started from (its frames differ); run without --resume to start "
+                        "over"
+                    )
                 raise InvalidInput(
                     f"cannot resume: the interrupted job for {describe.get('output')} used other settings "
                     f"({', '.join(changed)} differ); rerun it with the same settings, or without --resume to start over"
@@ -166,12 +174,14 @@ class JobFolder:
             done = {
                 index: record
                 for index, record in _finished(earlier).items()
-                if _intact(path / segments.segment_name(int(index)), record)
+                if _intact(path / segments.segment_name(int(index), plan.suffix), record)
             }
         elif earlier is not None and _finished(earlier):
             log.info("starting %s over: %d finished segments discarded (no --resume)", path, len(_finished(earlier)))
         for entry in path.iterdir():
-            if entry.name.startswith("seg-") and entry.name not in {segments.segment_name(int(i)) for i in done}:
+            if entry.name.startswith("seg-") and entry.name not in {
+                segments.segment_name(int(i), plan.suffix) for i in done
+            }:
                 entry.unlink()
             elif entry.is_dir() and entry.name.startswith("work-"):
                 shutil.rmtree(entry, ignore_errors=True)  # an earlier owner's unfinished segments

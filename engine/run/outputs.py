@@ -4,9 +4,10 @@
   what it made), and takes the output's lock, so that of two runs writing the same file exactly one proceeds
   and the other is refused (exit 2) naming the process that has it.
 - The writers produce the finished file at `claim.staging()`, a short temp name next to the output.
-- `OutputClaim.deliver` is the one place a finished output becomes the user's file: `seal` (flushed to disk;
-  where anything that must be inside the published file is added), then the job sidecar, then the rename into
-  place, which never replaces a file that appeared meanwhile unless `--overwrite` was given.
+- `OutputClaim.deliver` is the one place a finished output becomes the user's file: the job sidecar's text, then
+  `seal` (flushed to disk; where anything that must be inside the published file is added: the signature covers
+  the sidecar's digest), then the sidecar, then the rename into place, which never replaces a file that appeared
+  meanwhile unless `--overwrite` was given.
 - `OutputClaim.release` (leaving the `with` block) removes the lock and every temp file, and after a failure
   the folders the claim made, so nothing a failed run created outlives it.
 
@@ -73,7 +74,12 @@ class OutputClaim:
     """
 
     def __init__(
-        self, output: Path, overwrite: bool, made: list[Path], lock: Path, sealer: Callable[[Path], None] | None
+        self,
+        output: Path,
+        overwrite: bool,
+        made: list[Path],
+        lock: Path,
+        sealer: Callable[[Path, str], None] | None,
     ) -> None:
         self.output = output
         self.sealer = sealer
@@ -85,11 +91,11 @@ class OutputClaim:
         self._delivered = False
 
     @classmethod
-    def claim(cls, output: Path, overwrite: bool, sealer: Callable[[Path], None] | None = None) -> OutputClaim:
+    def claim(cls, output: Path, overwrite: bool, sealer: Callable[[Path, str], None] | None = None) -> OutputClaim:
         """Claim `output`: make its folder, take its lock, and check again that it does not exist (unless
-        `overwrite`). `sealer(staged)` adds what must be inside the published file (the signed Content
-        Credentials, engine/provenance). InvalidInput when another run holds the lock or the file appeared since
-        validation."""
+        `overwrite`). `sealer(staged, sidecar)` adds what must be inside the published file (the signed Content
+        Credentials, engine/provenance, which record the sidecar's digest). InvalidInput when another run holds the
+        lock or the file appeared since validation."""
         output = output.absolute()
         made = _make_folders(output.parent)
         key = hashlib.sha256(os.fsencode(output.name)).hexdigest()[:16]
@@ -120,13 +126,14 @@ class OutputClaim:
 
     def deliver(self, staged: Path, sidecar: Callable[[], str]) -> None:
         """Make the finished, verified file at `staged` the output, with its sidecar beside it (`sidecar()` gives
-        its JSON text once the file is sealed, so it can record what the seal did).
+        its JSON text, made before the file is sealed, so the seal can sign its digest: the sidecar records what
+        the seal will do).
 
         Raises InvalidInput (nothing placed) when a file appeared at the output meanwhile and `overwrite` is off;
         DiskFull when the sidecar does not fit. On any error the output is not left without its sidecar.
         """
-        self.seal(staged)
         text = sidecar()
+        self.seal(staged, text)
         side = sidecar_path(self.output)
         side_staged = self.output.with_name(f".facestudio-{self._key}-{os.getpid()}.job.partial")
         try:
@@ -143,12 +150,13 @@ class OutputClaim:
             raise
         self._delivered = True
 
-    def seal(self, staged: Path) -> None:
+    def seal(self, staged: Path, sidecar: str = "") -> None:
         """The finished file, just before it is published: its bytes are flushed to the disk, so a power cut after
         the rename never leaves an empty "finished" file. Anything that must be inside the published file (a
-        signed provenance manifest, by the claim's `sealer`) is added here, and nowhere else."""
+        signed provenance manifest, by the claim's `sealer`, with the digest of the `sidecar` text) is added here,
+        and nowhere else."""
         if self.sealer is not None:
-            self.sealer(staged)
+            self.sealer(staged, sidecar)
         with staged.open("rb+") as f:
             os.fsync(f.fileno())
 

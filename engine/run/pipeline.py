@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from engine import media
 from engine.core.errors import Cancelled, DiskFull, InvalidInput
 from engine.core.progress import NullProgress, Progress
 from engine.core.types import Frame
+from engine.faces.select import smallest_face_hint
 from engine.job.processor import FrameContext, FrameProcessor
 from engine.job.settings import Job
 from engine.media.commands import GIF_SUFFIX
@@ -79,16 +81,18 @@ def run(
                 _render_image(job, chain, size, faces, staged)
                 return _deliver(
                     claim, staged, job, info, span,
-                    lambda: _report(job, chain, info, size, started, 1, False, batch, faces, None, sealing),
+                    lambda: _report(job, chain, info, size, started, 1, 0, batch, faces, None, sealing, checked.notes),
                 )  # fmt: skip
-            render = VideoRender(job, chain, runtime, info, span, size, faces, batch, BatchLimit(batch))
+            render = VideoRender(
+                job, chain, runtime, info, span, size, faces, batch, BatchLimit(batch), picture=checked.picture
+            )
             with video_job(render, resume) as video:
                 video.check_disk_space()
                 video.render_missing(renderer or render_missing, progress)
-                written = video.join(staged)
+                written = video.join(staged, checked.streams)
                 return _deliver(claim, staged, job, info, span,
                                 lambda: _report(job, chain, info, size, started, written.frame_count,
-                                                written.has_audio, batch, faces, video.summary(), sealing,
+                                                len(written.audio_tracks), batch, faces, video.summary(), sealing,
                                                 checked.notes))  # fmt: skip
     except KeyboardInterrupt:
         raise Cancelled("cancelled by the user; nothing was written") from None
@@ -102,7 +106,10 @@ def _render_image(
     image, alpha = media.read_image(job.target)
     ((frame, ctx),) = annotated(faces, [image], times=media.FrameTimes.constant(1))
     if faces is not None and not ctx.faces:
-        raise InvalidInput(f"no face to process was found in {job.target} (faces.selector={job.faces.selector})")
+        raise InvalidInput(
+            f"no face to process was found in {job.target} (faces.selector={job.faces.selector})"
+            f"{smallest_face_hint(faces.stage.analyser)}"
+        )
     if faces is not None:
         faces.count([ctx])
     (result,) = process_checked(chain, faces.qa.check if faces and faces.qa else None, [frame], [ctx])
@@ -112,7 +119,8 @@ def _render_image(
     alpha = chain_alpha(chain, ctx.index, alpha)
     try:
         media.write_image(staged, watermark.marker(job.video.watermark)(result), alpha=alpha,
-                          metadata=synthetic_metadata(job))  # fmt: skip
+                          metadata=synthetic_metadata(job),
+                          keep=media.kept_metadata(job.target) if job.video.keep_metadata else None)  # fmt: skip
     except DiskFull as exc:
         need = result.nbytes + (alpha.nbytes if alpha is not None else 0)  # at most what an encoder stores
         raise DiskFull(
@@ -125,8 +133,8 @@ def _render_image(
 def _deliver(
     claim: OutputClaim, staged: Path, job: Job, info: media.MediaInfo, span: media.Span, report: Callable[[], RunReport]
 ) -> RunReport:
-    """Deliver the staged output; its report (and so its sidecar) is made once the file is sealed, since it records
-    what the seal did."""
+    """Deliver the staged output; its report (and so its sidecar) is made just before the file is sealed: it records
+    what the seal does, and the signature records its digest."""
     made: list[RunReport] = []
 
     def sidecar() -> str:
@@ -144,7 +152,7 @@ def _report(
     size: tuple[int, int],
     started: float,
     frames: int,
-    audio: bool,
+    audio: int,
     batch: int,
     faces: Faces | None,
     segmented: dict[str, object] | None,
@@ -152,6 +160,11 @@ def _report(
     notes: tuple[str, ...] = (),
 ) -> RunReport:
     yuv = info.kind == "video" and job.output.suffix.lower() != GIF_SUFFIX
+    source = faces.stage.source if faces else None
+    choices = [*(source.choices if source else ()), *(c for i in (faces.stage.cast if faces else {}).values()
+                                                      for c in i.choices)]  # fmt: skip
+    found_none = faces is not None and frames > 0 and faces.empty_frames == frames
+    hint = smallest_face_hint(faces.stage.analyser) if faces is not None and found_none else ""
     return RunReport(
         output=job.output,
         sidecar=sidecar_path(job.output),
@@ -161,7 +174,8 @@ def _report(
         # yuv420p video is padded to even sizes by the writer (a GIF is not): report what the file holds.
         output_size=(size[0] + size[0] % 2, size[1] + size[1] % 2) if yuv else size,
         seconds=time.perf_counter() - started,
-        audio=audio,
+        audio=audio > 0,
+        audio_tracks=audio,
         batch=batch,
         processors={p.id: p.describe() for p in chain},
         faces_processed=faces.faces if faces else 0,
@@ -170,5 +184,12 @@ def _report(
         people=faces.stage.people_record() if faces else None,
         segments=segmented,
         provenance=sealing.describe(),
-        notes=(*notes, *sealing.notes(), *(note for p in chain for note in p.notes)),
+        sources=[asdict(c) for c in choices] or None,
+        notes=(
+            *notes,
+            *(c.summary() for c in choices if c.faces > 1),
+            *([f"faces: none found on any frame{hint}"] if hint else []),
+            *sealing.notes(),
+            *(note for p in chain for note in p.notes),
+        ),
     )

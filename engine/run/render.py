@@ -8,12 +8,14 @@ frame (`render_alone`, what `engine.serve.cluster` runs).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,16 @@ from engine.core.types import Frame
 from engine.faces.qa import IdentityQA
 from engine.job.processor import FrameContext, FrameProcessor
 from engine.job.settings import Job
-from engine.media import FrameReader, FrameTimes, FrameWriter, MediaInfo, Span
+from engine.media import (
+    FrameReader,
+    FrameTimes,
+    FrameWriter,
+    MediaInfo,
+    OutputPicture,
+    Span,
+    encoder_pixel_formats,
+    plan_picture,
+)
 from engine.media import commands as cmd
 from engine.models.runtime import Runtime
 from engine.provenance import watermark
@@ -117,7 +128,8 @@ class VideoRender:
     its span, the output frame size (pixels, before the writer pads odd sizes), the face stage (None when no
     processor needs faces), the frames per processor call and the batch limit, shared so that an out-of-memory
     halving lasts the whole run. `check` is identity QA (None: off); a run replaces the synchronous check with one
-    that hands frames to its QA thread."""
+    that hands frames to its QA thread. `picture`: how segments are encoded (`media.plan_picture`, as validation
+    decided it; planned the same way here when not given, as on a cluster's worker)."""
 
     job: Job
     chain: Sequence[FrameProcessor]
@@ -129,16 +141,34 @@ class VideoRender:
     batch: int
     limit: BatchLimit
     check: QualityCheck | None = None
+    picture: OutputPicture | None = None
 
     def __post_init__(self) -> None:
         if self.check is None and self.faces is not None and self.faces.qa is not None:
             self.check = self.faces.qa.check
+        if self.picture is None:
+            gif = self.job.output.suffix.lower() == cmd.GIF_SUFFIX
+            muxer = "gif" if gif else cmd.muxer_for(self.job.output)
+            self.picture = plan_picture(self.info, self.job.video.encoder, muxer, alpha=self.job.video.alpha,
+                                        formats=encoder_pixel_formats(self.job.video.encoder))  # fmt: skip
 
     @property
     def encoder(self) -> str:
         """What segments are encoded with: the job's encoder, or losslessly for a GIF (made when joining)."""
-        gif = self.job.output.suffix.lower() == cmd.GIF_SUFFIX
-        return cmd.INTERMEDIATE_ENCODER if gif else self.job.video.encoder
+        assert self.picture is not None
+        return self.picture.encoder
+
+    def last(self, segment: Segment, last: bool) -> Fraction:
+        """How long `segment`'s last frame is shown, seconds: until the next segment's first frame, or for the
+        plan's last segment (`last`) the span's last frame's duration."""
+        times = self.span.times
+        return self.span.last if last else times.seconds(segment.stop) - times.seconds(segment.stop - 1)
+
+    def reader(self, skip: int, alpha: bool = False) -> FrameReader:
+        """The target's frames of the span from output frame `skip` on (`alpha`: their alpha planes)."""
+        assert self.picture is not None
+        return FrameReader(self.job.target, self.info, self.span, skip=skip, alpha=alpha,
+                           convert=self.picture.convert)  # fmt: skip
 
 
 # Renders the missing segments (the last argument) of a job into its folder, recording each as it is finished.
@@ -161,6 +191,7 @@ def render_segment(
     frames: Iterable[tuple[Frame, FrameContext]],
     path: Path,
     progress: Progress | None = None,
+    last: bool = False,
 ) -> int:
     """Process one segment of a video job into the file `path` (.mp4, no audio, no tags: those come when the
     segments are joined); returns the frames written, checked to be in the file at their times.
@@ -168,7 +199,8 @@ def render_segment(
     frames: the segment's input frames (H×W×3 uint8 RGB, the target's size) with their contexts, numbered by output
     frame of the span: `segment.frames` of them (the last segment of a plan takes every frame the decoder still
     gives, since an open-ended plan's count is an estimate). Processing overlaps encoding through a bounded queue;
-    on any error the encoder is stopped and nothing is left at `path`.
+    on any error the encoder is stopped and nothing is left at `path`. last: the plan's last segment (its last
+    frame lasts the span's last duration). A picture that keeps alpha reads the segment's alpha planes alongside.
     """
     progress = progress or NullProgress()
     video = render.job.video
@@ -177,7 +209,23 @@ def render_segment(
     times = render.span.output_times(segment.start)
     # The watermark goes into each output frame as it is encoded (here, so Ray workers mark their segments too).
     mark = watermark.marker(video.watermark)
-    with FrameWriter(path, *render.size, times, crf=video.crf, preset=video.preset, encoder=render.encoder) as writer:
+    picture = render.picture
+    assert picture is not None
+    # The alpha planes of the same frames come from a second decoder (only for a target with transparency).
+    planes = render.reader(segment.start, alpha=True) if picture.alpha else contextlib.nullcontext(None)
+    with (
+        planes as alpha,
+        FrameWriter(
+            path,
+            *render.size,
+            times,
+            crf=video.crf,
+            preset=video.preset,
+            picture=picture,
+            last=render.last(segment, last),
+            alpha=alpha,
+        ) as writer,
+    ):
         encode = workers.Worker("encode", lambda: workers.consume(encoded, writer.write, stop))
         try:
             for chunk in workers.chunks(frames, render.batch):
@@ -221,9 +269,10 @@ def render_alone(render: VideoRender, segment: Segment, last: bool, path: Path) 
     if faces is not None:
         faces.stage.restart()
         checked = len(faces.qa.records) if faces.qa is not None else 0
-    with FrameReader(render.job.target, render.info, render.span, skip=segment.start) as reader:
+    with render.reader(segment.start) as reader:
         stream = annotated(faces, reader, segment.start, render.span.times)
-        written = render_segment(render, segment, stream if last else itertools.islice(stream, segment.frames), path)
+        frames = stream if last else itertools.islice(stream, segment.frames)
+        written = render_segment(render, segment, frames, path, last=last)
     if not last and written != segment.frames:
         path.unlink(missing_ok=True)
         raise MediaError(
@@ -264,7 +313,7 @@ def render_missing(
     last = plan.segments[-1]
     faces = render.faces
     times = render.span.times
-    with FrameReader(render.job.target, render.info, render.span, skip=first) as reader:
+    with render.reader(first) as reader:
         decode = workers.Worker("decode", lambda: workers.produce(iter(reader), decoded, stop))
         running = [decode]
         try:
@@ -290,7 +339,7 @@ def render_missing(
                 # The last segment takes every frame that is left: an open-ended plan's count is an estimate.
                 frames = stream if segment is last else itertools.islice(stream, segment.frames)
                 before = face_counts(render.faces)
-                written = render_segment(render, segment, frames, folder.work_path(segment), progress)
+                written = render_segment(render, segment, frames, folder.work_path(segment), progress, segment is last)
                 if segment is not last and written != segment.frames:
                     raise MediaError(
                         f"{render.job.target} gave {written} frames for output frames {segment.start}–"

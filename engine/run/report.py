@@ -33,6 +33,11 @@ class RunReport:
     # The sidecar's `provenance` record (engine.provenance.seal) and the lines it adds to the run's summary.
     provenance: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    # How many audio tracks the output holds (`audio`: any).
+    audio_tracks: int = 0
+    # Which face of each source photo was taken (`engine.faces.select.SourceChoice` as dicts): faces found, the one
+    # used (from the left), the largest, by what; None without sources.
+    sources: list[dict[str, Any]] | None = None
 
     @property
     def fps(self) -> float:

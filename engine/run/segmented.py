@@ -17,7 +17,8 @@ from typing import Any
 
 from engine.core.errors import Cancelled, DiskFull, InsufficientDiskSpace
 from engine.core.progress import Progress
-from engine.media import MediaInfo, audio_for, join_segments
+from engine.media import MediaInfo, StreamsPlan, audio_for, join_segments, probe, source_for
+from engine.media.probe import file_hash
 from engine.run import jobdir, segments
 from engine.run.render import SegmentRenderer, VideoRender
 from engine.run.segments import Plan
@@ -50,16 +51,24 @@ class VideoJob:
         if todo:
             renderer(self.render, self.folder, self.plan, todo, progress)
 
-    def join(self, output: Path) -> MediaInfo:
-        """Join the finished segments, with the target's audio for the span, into `output` (a staged file)."""
+    def join(self, output: Path, streams: StreamsPlan | None = None) -> MediaInfo:
+        """Join the finished segments, with what `streams` takes from the target (its audio tracks, subtitles,
+        chapters and tags, `media.plan_streams`; None: its first audio track and our tags) for the span, into
+        `output` (a staged file)."""
         job, info, span = self.render.job, self.render.info, self.render.span
         done = self.folder.done
         parts = [(self.folder.segment_path(s), done[s.index]["frames"]) for s in self.plan.segments]
-        audio = audio_for(info, span) if job.video.keep_audio else None
+        if streams is None:
+            source = audio_for(info, span) if job.video.keep_audio else None
+            tracks, chapters, tags, video_tags = None, False, synthetic_metadata(job), None
+        else:
+            source = source_for(info, span) if streams.takes_source else None
+            tracks, chapters, tags, video_tags = streams.tracks, streams.chapters, streams.tags, streams.video_tags
         try:
             return join_segments(
-                parts, output, span.output_times(), span.last, self.folder.path / "concat.txt", audio,
-                synthetic_metadata(job), self.render.encoder,
+                parts, output, span.output_times(), span.last, self.folder.path / "concat.txt", source, tags,
+                self.render.encoder, tracks=tracks, chapters=chapters, video_tags=video_tags,
+                picture=self.render.picture,
             )  # fmt: skip
         except DiskFull as exc:  # named as the user knows it, not by its temp name
             raise DiskFull(f"the disk of {exc.folder} is full (writing {job.output.name})", exc.folder) from None
@@ -132,15 +141,19 @@ def video_job(render: VideoRender, resume: bool) -> Iterator[VideoJob]:
     kept); with `resume`, the segments an interrupted run of the same job finished are reused."""
     job, span, runtime = render.job, render.span, render.runtime
     # A resampled span that runs to the end of the video has an expected, not exact, frame count.
-    plan = segments.plan(span.frames, job.video.segment_frames, open_end=span.resample and span.end is None)
+    open_end = span.resample and span.end is None
+    plan = segments.plan(span.frames, job.video.segment_frames, open_end, render.picture.suffix)
     root = jobdir.jobs_root(runtime.folders.cache).absolute()
     jobdir.sweep(root)
     target, output = job.target.resolve(), job.output.resolve()
-    stat = target.stat()
-    key = segments.job_key(str(target), stat.st_size, stat.st_mtime_ns, str(output))
+    key = segments.job_key(str(output))
     settings = segments.resumable_settings(absolute_raw(job))
+    # The target by its content (every packet hashed), not its name, size or time: a file replaced by other frames
+    # of the same size and time is another target, and its segments do not fit.
+    settings["target_content"] = render.info.content_id or probe(target, identify=True).content_id
     # An edited source image changes every swapped frame: finished segments made from the old one do not fit.
-    settings["source_files"] = [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in job.sources]
+    references = [*job.sources, *([job.faces.reference_image] if job.faces.reference_image else [])]
+    settings["source_files"] = [[str(p), file_hash(p)] for p in references]
     describe = {"target": str(target), "output": str(output)}
     folder = jobdir.JobFolder.open(root, key, settings, plan, describe, resume)
     video = VideoJob(render, plan, folder, sorted(folder.done))

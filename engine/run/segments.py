@@ -32,11 +32,13 @@ _DISK_MARGIN_BYTES = 16 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Segment:
-    """Output frames [start, stop) of the span, rendered into the file `name` of the job folder."""
+    """Output frames [start, stop) of the span, rendered into the file `name` of the job folder (`suffix`: its
+    container, `media.OutputPicture.suffix`)."""
 
     index: int
     start: int
     stop: int
+    suffix: str = ".mp4"
 
     @property
     def frames(self) -> int:
@@ -44,13 +46,13 @@ class Segment:
 
     @property
     def name(self) -> str:
-        return segment_name(self.index)
+        return segment_name(self.index, self.suffix)
 
 
-def segment_name(index: int) -> str:
-    """File name of segment `index` in the job folder; MP4 because it keeps exact frame times (its time base
-    follows the rate)."""
-    return f"seg-{index:05d}.mp4"
+def segment_name(index: int, suffix: str = ".mp4") -> str:
+    """File name of segment `index` in the job folder: MP4 where the encoder's video goes in it, because it keeps
+    exact frame times (its time base follows the rate); MOV for ProRes, Matroska for VP9 with alpha."""
+    return f"seg-{index:05d}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -59,18 +61,21 @@ class Plan:
 
     open_end: `frames` is ffmpeg's expected count, not an exact one (a resampled span that runs to the end of the
     video, `media.Span.frames`), so the last segment takes whatever frames the decoder still gives.
+    suffix: the segments' container.
     """
 
     frames: int
     segment_frames: int
     segments: tuple[Segment, ...]
     open_end: bool = False
+    suffix: str = ".mp4"
 
     def to_raw(self) -> dict[str, Any]:
-        return {"frames": self.frames, "segment_frames": self.segment_frames, "open_end": self.open_end}
+        raw = {"frames": self.frames, "segment_frames": self.segment_frames, "open_end": self.open_end}
+        return raw if self.suffix == ".mp4" else {**raw, "suffix": self.suffix}
 
 
-def plan(frames: int, segment_frames: int, open_end: bool = False) -> Plan:
+def plan(frames: int, segment_frames: int, open_end: bool = False, suffix: str = ".mp4") -> Plan:
     """Cut `frames` output frames into consecutive segments of `segment_frames`.
 
     A remainder shorter than half a segment joins the last full segment instead of making a short file of its
@@ -82,8 +87,8 @@ def plan(frames: int, segment_frames: int, open_end: bool = False) -> Plan:
     if len(starts) > 1 and frames - starts[-1] < segment_frames / 2:
         starts.pop()
     stops = [*starts[1:], frames]
-    segments = tuple(Segment(i, a, b) for i, (a, b) in enumerate(zip(starts, stops, strict=True)))
-    return Plan(frames, segment_frames, segments, open_end)
+    segments = tuple(Segment(i, a, b, suffix) for i, (a, b) in enumerate(zip(starts, stops, strict=True)))
+    return Plan(frames, segment_frames, segments, open_end, suffix)
 
 
 def missing(plan: Plan, done: Collection[int]) -> list[Segment]:
@@ -91,15 +96,16 @@ def missing(plan: Plan, done: Collection[int]) -> list[Segment]:
     return [s for s in plan.segments if s.index not in done]
 
 
-def job_key(target: str, target_size: int, target_mtime_ns: int, output: str) -> str:
-    """The job folder's name: the same target file (absolute path, size, modification time) rendered to the same
-    output (absolute path) always gets the same folder, so `--resume` finds it; 16 hex digits.
+def job_key(output: str) -> str:
+    """The job folder's name: a job rendered to the same output (absolute path) always gets the same folder, so
+    `--resume` finds it; 16 hex digits.
 
-    The settings are deliberately not part of it: a resume with other settings finds the folder and is refused
-    (`differences`) instead of silently starting over.
+    The target is deliberately not part of it, nor the settings: its content and the settings are recorded in the
+    folder (`resumable_settings`, with the target's content id), so a resume whose target changed (other frames
+    behind the same name, size and modification time) or whose settings did finds the folder and is refused
+    (`differences`) instead of reusing segments of another picture or silently starting over.
     """
-    text = json.dumps([target, target_size, target_mtime_ns, output])
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([output]).encode("utf-8")).hexdigest()[:16]
 
 
 def resumable_settings(raw_job: Mapping[str, Any]) -> dict[str, Any]:

@@ -56,6 +56,7 @@ def sidecar_text(job: Job, report: RunReport, info: MediaInfo, span: Span) -> st
             "width": report.output_size[0],
             "height": report.output_size[1],
             "audio": report.audio,
+            "audio_tracks": report.audio_tracks,
         },
         "processors": report.processors,
         "faces": {
@@ -68,6 +69,8 @@ def sidecar_text(job: Job, report: RunReport, info: MediaInfo, span: Span) -> st
     }
     if report.people is not None:
         data["faces"]["people"] = report.people
+    if report.sources is not None:
+        data["faces"]["sources"] = report.sources
     if report.segments is not None:
         data["segments"] = report.segments
     if report.provenance is not None:

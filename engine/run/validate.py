@@ -2,10 +2,15 @@
 
 `validate` probes the target and every source, and refuses, with one typed, actionable line, anything the run
 would otherwise fail on half-way or get silently wrong: files that are not usable media (via `media.probe`),
-animated images given as a still, HDR video, frames above the size cap or beyond what the output's format or
-encoder can store, outputs that would overwrite an input or an existing file, cannot be written, whose name (or
-their sidecar's) the file system would refuse, or cannot hold the target's kind of media, spans without frames,
-and a missing video encoder. `pipeline.run` calls it first; nothing else in the engine re-checks these.
+animated images given as a still, HDR video or a colour matrix that cannot be converted exactly, frames above the
+size cap or beyond (or below) what the output's format or encoder can store, transparency the output container
+cannot hold, audio its encoder cannot hold, outputs that would overwrite an input or an existing file, cannot be
+written, whose name (or their sidecar's) the file system would refuse, or cannot hold the target's kind of media,
+spans without frames, and a missing video encoder. It decides everything else the run keeps of the target, with a
+note in the summary where it converts or leaves something out: the output's colour, depth, aspect and alpha
+(`media.plan_picture`), its audio tracks, subtitles, chapters and tags (`media.plan_streams`), a resolution that
+changes mid-way (every frame fitted into the first size), timestamps that repeat or jump back (mended).
+`pipeline.run` calls it first; nothing else in the engine re-checks these.
 """
 
 from __future__ import annotations
@@ -21,31 +26,29 @@ from engine.job.processor import FrameProcessor
 from engine.job.settings import Job
 from engine.media import commands as cmd
 from engine.media.images import size_limit
+from engine.media.picture import check_colour
 from engine.run.outputs import check_names
+from engine.run.sidecar import synthetic_metadata
 
 # Image formats that can carry the synthetic-media tags; a BMP target is written as PNG.
 TAGGABLE_IMAGE_FORMATS = frozenset({"PNG", "JPEG", "WEBP", "TIFF"})
-# Transfer characteristics (ffmpeg names) of HDR video. Frames are decoded to 8-bit RGB as if they were SDR, so
-# an HDR target would come out with washed-out, wrong colours: it is refused with the conversion to run instead.
-HDR_TRANSFERS = {"smpte2084": "HDR10 (PQ)", "arib-std-b67": "HLG"}
-_TONEMAP = (
-    "ffmpeg -i IN -vf zscale=t=linear:npl=100,format=gbrpf32le,zscale=p=bt709,tonemap=hable,"
-    "zscale=t=bt709:m=bt709:r=tv,format=yuv420p OUT.mp4"
-)
 
 
 @dataclass(frozen=True)
 class Checked:
-    """What validation established about a job: the probed target, the span of it to read (the whole image for
-    an image), the size in pixels (width, height) of the frames the chain will return, the job to run (`job`:
-    `video.encoder=auto` resolved to the encoder it stands for here) and what the run's summary should say about
-    such choices (`notes`)."""
+    """What validation established about a job: the probed target (with its content id), the span of it to read
+    (the whole image for an image), the size in pixels (width, height) of the frames the chain will return, the job
+    to run (`job`: `video.encoder=auto` resolved to the encoder it stands for here), for a video how its frames are
+    encoded (`picture`) and what it takes from the target besides them (`streams`), and what the run's summary
+    should say about such choices (`notes`)."""
 
     info: media.MediaInfo
     span: media.Span
     output_size: tuple[int, int]
     job: Job
     notes: tuple[str, ...] = ()
+    picture: cmd.OutputPicture | None = None
+    streams: media.StreamsPlan | None = None
 
 
 def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = False) -> Checked:
@@ -54,7 +57,7 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
 
     overwrite: accept an existing file at `job.output`, which the run replaces (never when it is an input).
     """
-    info = media.probe(job.target)
+    info = media.probe(job.target, identify=True)
     for source in job.sources:
         _check_still_image(source, "source face image")
     if job.faces.reference_image is not None:
@@ -64,18 +67,55 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
     size = output_size(chain, info.width, info.height)
     _check_pixels(job, size, "the output would be", "lower the upscale factor")
     _check_output(job, chain, info, overwrite)
-    gif = job.output.suffix.lower() == cmd.GIF_SUFFIX
-    notes: tuple[str, ...] = ()
-    if info.kind == "video" and not gif:
-        encoder, note = media.choose_encoder(job.video.encoder, size[0] + size[0] % 2, size[1] + size[1] % 2)
-        notes = (note,) if note else ()
+    span = media.select(info, job.video.trim_start, job.video.trim_end, job.video.fps)
+    if info.kind == "image":
+        _check_format_limits(job, info, size, None)
+        return Checked(info, span, size, job)
+    job, picture, note = _encoding(job, info, size)
+    _check_format_limits(job, info, size, picture)
+    source = media.source_for(info, span)
+    video = job.video
+    streams = media.plan_streams(info, _muxer(job), synthetic_metadata(job), keep_audio=video.keep_audio,
+                                 keep_metadata=video.keep_metadata, cut=source.cut)  # fmt: skip
+    media.check_encoder(picture.encoder)
+    notes = [*([note] if note else []), *picture.notes, *streams.notes, *_shape_notes(info)]
+    return Checked(info, span, size, job, tuple(notes), picture, streams)
+
+
+def _muxer(job: Job) -> str:
+    return "gif" if job.output.suffix.lower() == cmd.GIF_SUFFIX else cmd.muxer_for(job.output)
+
+
+def _encoding(job: Job, info: media.MediaInfo, size: tuple[int, int]) -> tuple[Job, cmd.OutputPicture, str | None]:
+    """The job with `video.encoder=auto` resolved, how its frames are encoded, and the note on the encoder
+    `auto` took (None when it took the GPU's or was not asked)."""
+    muxer = _muxer(job)
+    alpha = info.picture.alpha and job.video.alpha == "keep"
+    encoder, note = cmd.INTERMEDIATE_ENCODER, None
+    if muxer != "gif":
+        even = (size[0] + size[0] % 2, size[1] + size[1] % 2)
+        encoder, note = media.choose_encoder(job.video.encoder, *even, muxer=muxer, depth=info.picture.depth,
+                                             alpha=alpha)  # fmt: skip
         job = job.model_copy(update={"video": job.video.model_copy(update={"encoder": encoder})})
         cmd.check_container(job.output, encoder)
-    _check_format_limits(job, info, size)
-    span = media.select(info, job.video.trim_start, job.video.trim_end, job.video.fps)
-    if info.kind == "video":
-        media.check_encoder(cmd.INTERMEDIATE_ENCODER if gif else job.video.encoder)
-    return Checked(info, span, size, job, notes)
+    formats = media.encoder_pixel_formats(encoder) if encoder in ("libx264", "libx265", "libvpx-vp9") else None
+    picture = media.plan_picture(info, encoder, muxer, alpha=job.video.alpha, formats=formats)
+    return job, picture, note
+
+
+def _shape_notes(info: media.MediaInfo) -> list[str]:
+    """Notes on a target whose frame size or timestamps change mid-way (both decided here, before any frame)."""
+    notes = []
+    sizes = list(dict.fromkeys(info.sizes))
+    if len(sizes) > 1:
+        listed = ", then ".join(f"{w}×{h}" for w, h in sizes[:4]) + (" …" if len(sizes) > 4 else "")
+        notes.append(
+            f"size: the target's resolution changes mid-way ({listed}): every frame is fitted into the first size, "
+            f"{info.width}×{info.height}, with its aspect kept (black bars)"
+        )
+    if info.timing_note is not None:
+        notes.append(info.timing_note)
+    return notes
 
 
 def output_size(chain: Sequence[FrameProcessor], width: int, height: int) -> tuple[int, int]:
@@ -114,11 +154,8 @@ def _check_target(job: Job, info: media.MediaInfo) -> None:
                 f"{path} is an animated or multi-page {info.format_name} of {frames} frames, and only its first would "
                 "be processed: convert it to a video (e.g. MP4) to process every frame, or save one frame as a still"
             )
-    elif info.color_transfer in HDR_TRANSFERS:
-        raise InvalidInput(
-            f"{path} is {HDR_TRANSFERS[info.color_transfer]} HDR video, which would come out with wrong colours "
-            f"(processing is 8-bit SDR): tone-map it to SDR first, e.g. {_TONEMAP}"
-        )
+    else:
+        check_colour(info)
     _check_pixels(job, (info.width, info.height), f"{path} is", "downscale it first")
 
 
@@ -173,10 +210,13 @@ def _check_output(job: Job, chain: Sequence[FrameProcessor], info: media.MediaIn
     check_names(out)
 
 
-def _check_format_limits(job: Job, info: media.MediaInfo, size: tuple[int, int]) -> None:
-    """Refuse an output larger than its format (an image's) or its encoder (a video's) can store."""
+def _check_format_limits(
+    job: Job, info: media.MediaInfo, size: tuple[int, int], picture: cmd.OutputPicture | None
+) -> None:
+    """Refuse an output larger than its format (an image's) or larger or smaller than its encoder (a video's)
+    can store."""
     width, height = size
-    if info.kind == "image":
+    if info.kind == "image" or picture is None:
         limit = size_limit(image_output_format(info.format_name), width, height, alpha=True)
         if limit is not None:
             raise InvalidInput(
@@ -185,10 +225,18 @@ def _check_format_limits(job: Job, info: media.MediaInfo, size: tuple[int, int])
             )
         return
     gif = job.output.suffix.lower() == cmd.GIF_SUFFIX
-    encoder = "gif" if gif else job.video.encoder
+    encoder = "gif" if gif else picture.encoder
+    rows, columns = picture.pad
+    padded = (width + width % 2 * columns, height + height % 2 * rows)
     side = cmd.MAX_SIDE[encoder]
-    if max(width + width % 2, height + height % 2) > side:
+    if max(padded) > side:
         raise InvalidInput(
             f"the output would be {width}×{height} pixels, and {encoder} encodes at most {side}×{side}: lower the "
-            "upscale factor" + ("" if gif or encoder == "libx265" else ", or use video.encoder=libx265")
+            "upscale factor" + ("" if gif or encoder in ("libx265", "prores_ks") else ", or use video.encoder=libx265")
+        )
+    least = cmd.MIN_SIZE.get(encoder)
+    if least is not None and (padded[0] < least[0] or padded[1] < least[1]):
+        raise InvalidInput(
+            f"the output would be {width}×{height} pixels, and {encoder} encodes at least {least[0]}×{least[1]}: use "
+            "video.encoder=libx264, or upscale (frame_enhancer) first"
         )
