@@ -102,7 +102,12 @@ def job_from_args(args: argparse.Namespace) -> Job:
     if args.offline:
         runtime["offline"] = True
     raw["runtime"] = runtime
-    for key, value in (("target", args.target), ("output", args.output)):
+    target = args.target
+    if isinstance(target, list):  # `run --target` is repeatable: several make a batch (cli/batch.py), a job has one
+        if len(target) > 1:
+            raise UsageError("a job has one target; give several --target to `run`, which runs them as a batch")
+        target = target[0] if target else None
+    for key, value in (("target", target), ("output", args.output)):
         if value is not None:
             raw[key] = str(value)
     if args.source:
