@@ -147,8 +147,9 @@ def test_video_settings_defaults_overrides_and_round_trip() -> None:
         ({"fps": 241}, "video.fps: Input should be less than or equal to 240"),
         ({"fps": float("nan")}, "video.fps: Input should be a finite number"),
         (
-            {"encoder": "libvpx-vp9"},
-            "video.encoder: Input should be 'auto', 'libx264', 'libx265', 'h264_nvenc', 'hevc_nvenc' or 'av1_nvenc'",
+            {"encoder": "libaom-av1"},
+            "video.encoder: Input should be 'auto', 'libx264', 'libx265', 'h264_nvenc', 'hevc_nvenc', 'av1_nvenc', "
+            "'libvpx-vp9' or 'prores_ks'",
         ),
     ],
 )
@@ -164,4 +165,6 @@ def test_every_video_setting_is_described_for_the_ui() -> None:
     assert {name for name, field in video.items() if not field.get("description")} == set()
     assert video["fps"]["anyOf"][0] == {"type": "number", "minimum": 1.0, "maximum": 240.0}
     assert video["trim_start"]["minimum"] == 0.0
-    assert video["encoder"]["enum"] == ["auto", "libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc"]
+    assert video["encoder"]["enum"] == [
+        "auto", "libx264", "libx265", "h264_nvenc", "hevc_nvenc", "av1_nvenc", "libvpx-vp9", "prores_ks",
+    ]  # fmt: skip

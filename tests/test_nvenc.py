@@ -78,7 +78,8 @@ def test_hevc_from_nvenc_is_tagged_hvc1_in_mp4_and_mov_and_when_joined(tmp_path:
 
 
 def test_av1_cannot_go_into_mov(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInput, match="MOV cannot hold AV1; use .mp4 or .mkv"):
+    refusal = r"^cannot write av1_nvenc video to o.mov: MOV cannot hold it; use .mp4, .mkv, .webm$"
+    with pytest.raises(InvalidInput, match=refusal):
         cmd.check_container(tmp_path / "o.mov", "av1_nvenc")
     cmd.check_container(tmp_path / "o.mp4", "av1_nvenc")
     cmd.check_container(tmp_path / "o.mov", "hevc_nvenc")
@@ -87,7 +88,8 @@ def test_av1_cannot_go_into_mov(tmp_path: Path) -> None:
 def test_decode_on_the_gpu_adds_hwaccel_before_the_input(tmp_path: Path) -> None:
     path = tmp_path / "in.mp4"
     assert cmd.decode_args("ffmpeg", path, hwaccel=True) == [
-        "ffmpeg", "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-hwaccel", "cuda", "-i", f"file:{path}",
+        "ffmpeg", "-nostdin", "-hide_banner", "-nostats", "-v", "error", "-hwaccel", "cuda",
+        "-reinit_filter", "0", "-i", f"file:{path}",
         "-map", "0:V:0", "-fps_mode", "passthrough", "-enc_time_base", "demux", "-f", "rawvideo", "-pix_fmt", "rgb24",
         "pipe:1",
     ]  # fmt: skip
@@ -217,7 +219,8 @@ def test_av1_into_mov_is_refused_before_any_work(tmp_path: Path, capsys: pytest.
         "--set", "video.encoder=av1_nvenc", "--yes",
     ])  # fmt: skip
     assert code == 2
-    assert capsys.readouterr().err == "error: cannot write AV1 to o.mov: MOV cannot hold AV1; use .mp4 or .mkv\n"
+    refusal = "error: cannot write av1_nvenc video to o.mov: MOV cannot hold it; use .mp4, .mkv, .webm\n"
+    assert capsys.readouterr().err == refusal
     assert list(out_dir.iterdir()) == []
 
 
@@ -262,7 +265,8 @@ def test_a_run_naming_h264_nvenc_without_a_gpu_stops_before_any_work_with_one_li
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _nvenc_listed(monkeypatch)
-    clip = demo.make_clip(tmp_path / "clip.mp4", width=64, height=48, count=4, fps=12)
+    # Above NVENC's smallest frame (146×145 for H.264), so the GPU test is what refuses.
+    clip = demo.make_clip(tmp_path / "clip.mp4", width=160, height=160, count=4, fps=12)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     code = cli.main([
@@ -282,7 +286,7 @@ def test_a_writer_asked_for_nvenc_refuses_before_the_first_frame(
 ) -> None:
     _nvenc_listed(monkeypatch)
     with pytest.raises(BackendUnavailable, match=r"^video.encoder=hevc_nvenc cannot encode here \("):
-        media.FrameWriter(tmp_path / "o.mp4", 64, 48, media.FrameTimes.constant(Fraction(12)), encoder="hevc_nvenc")
+        media.FrameWriter(tmp_path / "o.mp4", 160, 160, media.FrameTimes.constant(Fraction(12)), encoder="hevc_nvenc")
     assert list(tmp_path.iterdir()) == []
 
 

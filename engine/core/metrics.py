@@ -152,6 +152,8 @@ def record_frames(processor: str, provider: str | None, frames: int, seconds: fl
 
 
 def record_model_load(model: str, backend: str, seconds: float) -> None:
+    """`model`: a catalogue model's id, or for a graph the user gave (a `.dfm`) the processor's id — never a file
+    name, so the label set stays the catalogue's and the registry's."""
     PROCESS_METRICS.model_load_seconds.labels(model, backend).observe(seconds)
 
 
