@@ -1,4 +1,6 @@
-"""Shared test setup: every test runs with its own models, cache and consent folders (never the user's)."""
+"""Shared test setup. The session runs with its own home and facestudio folders, every test with its own models,
+jobs and consent folders (never the user's), and a test that writes into the checkout or the real home fails
+(tests/hermetic.py; the rules for test authors are in tests/README.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import hermetic
 import pytest
 from typing_extensions import override  # typing.override needs Python 3.12
 
@@ -21,10 +24,47 @@ from engine.faces.embedded import EmbeddedAnalyser
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+SESSION = pytest.StashKey[hermetic.Session]()
+GUARD = pytest.StashKey[hermetic.Guard]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before collection: a module that writes while it is imported is caught too.
+    session = config.stash[SESSION] = hermetic.isolate()
+    config.stash[GUARD] = hermetic.Guard(ROOT, session.real_home)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if SESSION in config.stash:
+        hermetic.remove(config.stash[SESSION])
+
+
+@pytest.fixture(autouse=True)
+def hermetic_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails the test when the checkout or the real home changed while it ran (or while a module or session
+    fixture it uses was set up or torn down: those write before or after it). `@pytest.mark.checkout_writes(PATH…)`
+    allows the named files (relative to the checkout) for a test that writes them on purpose."""
+    yield
+    allowed = frozenset(path for mark in request.node.iter_markers("checkout_writes") for path in mark.args)
+    if changed := request.config.stash[GUARD].changes(allowed):
+        pytest.fail(
+            "wrote outside the test's temporary folders (use tmp_path or tmp_path_factory; see tests/README.md):\n  "
+            + "\n  ".join(changed),
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _hermetic_session(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The last check, after the module and session fixtures' teardowns."""
+    yield
+    if changed := request.config.stash[GUARD].changes():
+        pytest.fail("the session's fixtures wrote outside their temporary folders:\n  " + "\n  ".join(changed))
 
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own facestudio home, models and jobs folders (the session's cache is shared); no consent given."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("FACESTUDIO_HOME", str(home / "config"))
     monkeypatch.setenv("FACESTUDIO_MODELS", str(home / "models"))
@@ -32,19 +72,6 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.delenv("FACESTUDIO_ACCEPT", raising=False)
     monkeypatch.delenv("FACESTUDIO_MANIFEST", raising=False)
     return home
-
-
-@pytest.fixture(scope="session")
-def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache folder for derived ONNX graphs, shared by the session (the conversions are deterministic)."""
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(autouse=True)
-def _cache_env(shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FACESTUDIO_CACHE", str(shared_cache))
-    # The key that signs the shared cache's conversions, shared with it (each test's home would have its own).
-    monkeypatch.setenv("FACESTUDIO_INTEGRITY_KEY", str(shared_cache.with_name("integrity.key")))
 
 
 @dataclass(frozen=True)
