@@ -41,10 +41,19 @@ class Session:
 
 
 def isolate() -> Session:
-    """Make the session's folders and point the environment at them (HOME, XDG_*, FACESTUDIO_*)."""
-    session = Session(Path(tempfile.mkdtemp(prefix="facestudio-tests-")), Path.home())
+    """Make the session's folders and point the environment at them (HOME, XDG_*, FACESTUDIO_*).
+    $FACESTUDIO_TEST_ARTIFACTS (default: `facestudio-test-artifacts` in the system's temp folder) is where tests
+    keep pictures for people to look at; it outlives the session. The real home is the one before the first
+    isolation: an xdist worker inherits its controller's isolated environment."""
+    real_home = Path(os.environ.get("FACESTUDIO_TESTS_REAL_HOME") or Path.home())
+    session = Session(Path(tempfile.mkdtemp(prefix="facestudio-tests-")), real_home)
     home = session.home
+    artifacts = os.environ.setdefault(
+        "FACESTUDIO_TEST_ARTIFACTS", str(Path(tempfile.gettempdir()) / "facestudio-test-artifacts")
+    )
+    Path(artifacts).mkdir(parents=True, exist_ok=True)
     os.environ.update(
+        FACESTUDIO_TESTS_REAL_HOME=str(real_home),
         HOME=str(home),
         XDG_CONFIG_HOME=str(home / ".config"),
         XDG_CACHE_HOME=str(home / ".cache"),
