@@ -74,6 +74,16 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     return home
 
 
+@dataclass
+class Clock:
+    """A clock the test moves (seconds), for code that takes `clock=`: no test waits for real time to pass."""
+
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @dataclass(frozen=True)
 class Item:
     """A downloadable file as `engine.models.fetch` sees it."""
