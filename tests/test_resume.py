@@ -48,10 +48,13 @@ def read_frames(path: Path) -> np.ndarray:
         return np.stack(list(reader))
 
 
-def start(args: list[str], jobs: Path) -> Gate:
-    """`launch.py run ARGS --yes`, held after each segment it finishes (tests/gate.py)."""
+FINISHED = "engine.run.jobdir:JobFolder.finish"  # where a run is held: after each segment it finishes
+
+
+def start(args: list[str], jobs: Path, at: str = FINISHED) -> Gate:
+    """`launch.py run ARGS --yes`, held after each call of `at` (tests/gate.py)."""
     return Gate.start(
-        ["run", *args, "--yes"], at="engine.run.jobdir:JobFolder.finish",
+        ["run", *args, "--yes"], at=at,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         env={**os.environ, "FACESTUDIO_JOBS": str(jobs)},
     )  # fmt: skip
