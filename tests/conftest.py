@@ -4,6 +4,9 @@ jobs and consent folders (never the user's), and a test that writes into the che
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import hashlib
 import http.server
 import os
@@ -26,12 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SESSION = pytest.StashKey[hermetic.Session]()
 GUARD = pytest.StashKey[hermetic.Guard]()
+HEAP = pytest.StashKey["Heap"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # Before collection: a module that writes while it is imported is caught too.
     session = config.stash[SESSION] = hermetic.isolate()
     config.stash[GUARD] = hermetic.Guard(ROOT, session.real_home)
+    config.stash[HEAP] = Heap()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -60,6 +65,42 @@ def _hermetic_session(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if changed := request.config.stash[GUARD].changes():
         pytest.fail("the session's fixtures wrote outside their temporary folders:\n  " + "\n  ".join(changed))
+
+
+@dataclass
+class Heap:
+    """Gives memory a test freed back to the system: Python keeps freed objects' memory, and glibc keeps freed
+    heap, so without this every model, frame and session a test once held would stay resident for the rest of
+    the run. `release()` (after each test) collects the garbage and trims the heap (`malloc_trim`) when the
+    process grew by more than `above` bytes since the last release: cheap when nothing grew."""
+
+    above: int = 256 << 20
+    released: int = 0  # resident bytes right after the last release
+
+    def release(self) -> None:
+        if resident() - self.released <= self.above:
+            return
+        gc.collect()
+        if sys.platform == "linux":
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            if hasattr(libc, "malloc_trim"):  # glibc (not musl)
+                libc.malloc_trim(0)
+        self.released = resident()
+
+
+def resident() -> int:
+    """This process's resident memory in bytes (Linux /proc; 0 elsewhere)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def release_memory(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test: the memory it (or its module's fixtures, once torn down) freed goes back to the system."""
+    yield
+    request.config.stash[HEAP].release()
 
 
 @pytest.fixture(autouse=True)

@@ -102,6 +102,7 @@ def test_gfpgan_offline_names_file_url_licence_and_folder(degraded: Path, tmp_pa
         assert part in err, part
 
 
+@pytest.mark.slow
 def test_gfpgan_placed_file_loads_without_a_download_and_backends_agree(
     degraded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -165,6 +166,7 @@ def test_swap_then_enhance_finds_faces_once_per_frame(tmp_path: Path, monkeypatc
     assert len(frame_calls) == 3  # frames 0, 10 and 20: never once per processor
 
 
+@pytest.mark.slow
 def test_codeformer_fidelity_and_exported_onnx_agree_with_pytorch(
     degraded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -200,6 +202,7 @@ def test_codeformer_fidelity_and_exported_onnx_agree_with_pytorch(
     assert np.abs(w0 - outs["onnx"]).max(axis=2)[~outside].mean() > 1
 
 
+@pytest.mark.slow
 def test_restoreformer_runs_on_both_backends(degraded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     place("restoreformer", "RestoreFormer.pth", RestoreFormer().state_dict(), tmp_path, monkeypatch)

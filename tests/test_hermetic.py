@@ -73,7 +73,7 @@ def test_the_guard_fails_tests_that_write_into_the_checkout_or_the_real_home(tmp
     for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
         env.pop(name, None)
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", "-rA", "tests"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q", "-rA", "tests"],
         cwd=checkout, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     out = run.stdout

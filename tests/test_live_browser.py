@@ -133,6 +133,7 @@ def result_frame(page: Any) -> np.ndarray:
     return picture(page.evaluate(GRAB))
 
 
+@pytest.mark.slow
 def test_a_camera_stream_comes_back_swapped_for_20_s_with_no_growth_in_latency_and_records(
     app: str, browser: Any, work: Path
 ) -> None:
