@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 from pathlib import Path
 
 import nbformat
@@ -15,6 +14,7 @@ import pytest
 from conftest import ROOT
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from test_quickstart import fresh_clone
 
 import cli
 from engine import media as video
@@ -63,19 +63,10 @@ def test_notebook_says_what_colab_free_tier_forbids_and_asks_for_consent() -> No
 
 
 def session_folder(tmp_path: Path) -> Path:
-    """A cloud session's working folder holding a copy of this checkout as `facestudio/` (what the notebook's clone
-    makes; tracked and new files, as they are now): the notebook runs there, never in the checkout."""
+    """A cloud session's working folder holding a fresh copy of this checkout as `facestudio/` (what the notebook's
+    clone makes): the notebook runs there, never in the checkout."""
     folder = tmp_path / "content"
-    copy = folder / "facestudio"
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, capture_output=True, check=True,
-    ).stdout  # fmt: skip
-    for name in filter(None, listed.decode().split("\0")):
-        source = ROOT / name
-        if source.is_file():  # (a file deleted in the work tree is still listed as tracked)
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            (copy / name).write_bytes(source.read_bytes())
+    fresh_clone(folder / "facestudio")
     return folder
 
 
