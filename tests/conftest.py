@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import hermetic
 import pytest
@@ -42,6 +43,28 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if SESSION in config.stash:
         hermetic.remove(config.stash[SESSION])
+
+
+# Test files whose tests start big programs beside the worker (Chromium, a local Ray cluster: 1–2 GB each). With
+# xdist they run one after another on one worker, never two at once.
+BIG_PROGRAMS = frozenset(
+    f"tests/{name}.py" for name in ("test_webui_browser", "test_live_browser", "test_people_browser", "test_cluster")
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (pyproject's addopts): each test file on one worker, the BIG_PROGRAMS files as one."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return "big programs" if file in BIG_PROGRAMS else file
+
+    return Scheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,7 @@
 """Keeps a test session off the machine it runs on (tests/README.md, "Where tests may write").
 
 `isolate()` points HOME, the XDG folders and facestudio's own folders at a temporary folder for the whole session,
-before anything is imported or collected: what a test (or a child process it starts: they inherit the
+before the tests are collected: what a test, a module fixture or a child process it starts (they inherit the
 environment) writes under `~` or into facestudio's default folders lands there. `Guard` then fails any test after
 which the checkout or the real home has changed: a file or folder that is new, changed or gone (Python's own
 `__pycache__` and the test runners' caches excepted).
