@@ -45,16 +45,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         hermetic.remove(config.stash[SESSION])
 
 
-# Test files whose tests start big programs beside the worker (Chromium, a local Ray cluster: 1–2 GB each). With
-# xdist they run one after another on one worker, never two at once.
-BIG_PROGRAMS = frozenset(
-    f"tests/{name}.py" for name in ("test_webui_browser", "test_live_browser", "test_people_browser", "test_cluster")
-)
+# Test files that hold much memory while they run: PyTorch in this process (~0.5 GB once imported: these import it,
+# the others never do), or big programs beside it (Chromium, a local Ray cluster: 1–2 GB). With xdist they all run
+# on one worker, one after another, so the other worker stays small and two of them never add up.
+HEAVY = frozenset(
+    f"tests/test_{name}.py"
+    for name in (
+        "backends", "buffalo_inswapper", "deploy", "derived", "device_frames", "doctor", "export",
+        "expression_restorer", "face_enhancer", "face_enhancer_models", "face_swapper_inswapper",
+        "face_swapper_models", "gpu_benchmark", "lip_syncer", "model_pins", "ncnn", "runtime",
+        "webui_browser", "live_browser", "people_browser", "cluster",
+    )
+)  # fmt: skip
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadfile` (pyproject's addopts): each test file on one worker, the BIG_PROGRAMS files as one."""
+    """`--dist loadfile` (pyproject's addopts): each test file whole on one worker, the HEAVY files as one."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -62,7 +69,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             file = super()._split_scope(nodeid)
-            return "big programs" if file in BIG_PROGRAMS else file
+            return "heavy" if file in HEAVY else file
 
     return Scheduling(config, log)
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import hermetic
-from conftest import ROOT
+from conftest import HEAVY, ROOT
 
 LEAKS = """
 import os, subprocess, sys
@@ -117,3 +117,8 @@ def test_a_guard_reports_each_change_once_and_skips_the_tools_own_folders(tmp_pa
     assert guard.changes() == ["gone engine/a.py"]
     (checkout / "docs").mkdir()
     assert guard.changes(frozenset({"docs"})) == []
+
+
+def test_the_heavy_files_the_scheduler_groups_exist() -> None:
+    """conftest.HEAVY names test files by path: a renamed one would silently leave the group."""
+    assert sorted(name for name in HEAVY if not (ROOT / name).is_file()) == []
