@@ -54,7 +54,7 @@ HEAVY = frozenset(
         "backends", "buffalo_inswapper", "deploy", "derived", "device_frames", "doctor", "export",
         "expression_restorer", "face_enhancer", "face_enhancer_models", "face_swapper_inswapper",
         "face_swapper_models", "gpu_benchmark", "lip_syncer", "model_pins", "ncnn", "runtime",
-        "webui_browser", "live_browser", "people_browser", "cluster",
+        "webui_browser", "live_browser", "people_browser", "studio_browser", "security", "cluster",
     )
 )  # fmt: skip
 

@@ -70,7 +70,7 @@ def test_the_guard_fails_tests_that_write_into_the_checkout_or_the_real_home(tmp
         shutil.copy(ROOT / name, checkout / name)
     (checkout / "tests" / "test_leaks.py").write_text(LEAKS)
     env = {**os.environ, "HOME": str(real_home), "PYTHONPATH": str(ROOT)}
-    for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+    for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "FACESTUDIO_TESTS_REAL_HOME"):
         env.pop(name, None)
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q", "-rA", "tests"],
