@@ -1,7 +1,12 @@
-"""Shared test setup: every test runs with its own models, cache and consent folders (never the user's)."""
+"""Shared test setup. The session runs with its own home and facestudio folders, every test with its own models,
+jobs and consent folders (never the user's), and a test that writes into the checkout or the real home fails
+(tests/hermetic.py; the rules for test authors are in tests/README.md)."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import hashlib
 import http.server
 import os
@@ -12,7 +17,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import hermetic
 import pytest
 from typing_extensions import override  # typing.override needs Python 3.12
 
@@ -21,10 +28,114 @@ from engine.faces.embedded import EmbeddedAnalyser
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+SESSION = pytest.StashKey[hermetic.Session]()
+GUARD = pytest.StashKey[hermetic.Guard]()
+HEAP = pytest.StashKey["Heap"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before collection: a module that writes while it is imported is caught too.
+    session = config.stash[SESSION] = hermetic.isolate()
+    config.stash[GUARD] = hermetic.Guard(ROOT, session.real_home)
+    config.stash[HEAP] = Heap()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if SESSION in config.stash:
+        hermetic.remove(config.stash[SESSION])
+
+
+# Test files that hold much memory while they run: PyTorch in this process (~0.5 GB once imported: these import it,
+# the others never do), or big programs beside it (Chromium, a local Ray cluster: 1–2 GB). With xdist they all run
+# on one worker, one after another, so the other worker stays small and two of them never add up.
+HEAVY = frozenset(
+    f"tests/test_{name}.py"
+    for name in (
+        "backends", "buffalo_inswapper", "deploy", "derived", "device_frames", "doctor", "export",
+        "expression_restorer", "face_enhancer", "face_enhancer_models", "face_swapper_inswapper",
+        "face_swapper_models", "gpu_benchmark", "lip_syncer", "model_pins", "ncnn", "runtime",
+        "webui_browser", "live_browser", "people_browser", "studio_browser", "security", "cluster",
+    )
+)  # fmt: skip
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (pyproject's addopts): each test file whole on one worker, the HEAVY files as one."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return "heavy" if file in HEAVY else file
+
+    return Scheduling(config, log)
+
+
+@pytest.fixture(autouse=True)
+def hermetic_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails the test when the checkout or the real home changed while it ran (or while a module or session
+    fixture it uses was set up or torn down: those write before or after it). `@pytest.mark.checkout_writes(PATH…)`
+    allows the named files (relative to the checkout) for a test that writes them on purpose."""
+    yield
+    allowed = frozenset(path for mark in request.node.iter_markers("checkout_writes") for path in mark.args)
+    if changed := request.config.stash[GUARD].changes(allowed):
+        pytest.fail(
+            "wrote outside the test's temporary folders (use tmp_path or tmp_path_factory; see tests/README.md):\n  "
+            + "\n  ".join(changed),
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _hermetic_session(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The last check, after the module and session fixtures' teardowns."""
+    yield
+    if changed := request.config.stash[GUARD].changes():
+        pytest.fail("the session's fixtures wrote outside their temporary folders:\n  " + "\n  ".join(changed))
+
+
+@dataclass
+class Heap:
+    """Gives memory a test freed back to the system: Python keeps freed objects' memory, and glibc keeps freed
+    heap, so without this every model, frame and session a test once held would stay resident for the rest of
+    the run. `release()` (after each test) collects the garbage and trims the heap (`malloc_trim`) when the
+    process grew by more than `above` bytes since the last release: cheap when nothing grew."""
+
+    above: int = 256 << 20
+    released: int = 0  # resident bytes right after the last release
+
+    def release(self) -> None:
+        if resident() - self.released <= self.above:
+            return
+        gc.collect()
+        if sys.platform == "linux":
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            if hasattr(libc, "malloc_trim"):  # glibc (not musl)
+                libc.malloc_trim(0)
+        self.released = resident()
+
+
+def resident() -> int:
+    """This process's resident memory in bytes (Linux /proc; 0 elsewhere)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def release_memory(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test: the memory it (or its module's fixtures, once torn down) freed goes back to the system."""
+    yield
+    request.config.stash[HEAP].release()
 
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own facestudio home, models and jobs folders (the session's cache is shared); no consent given."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("FACESTUDIO_HOME", str(home / "config"))
     monkeypatch.setenv("FACESTUDIO_MODELS", str(home / "models"))
@@ -34,17 +145,14 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     return home
 
 
-@pytest.fixture(scope="session")
-def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache folder for derived ONNX graphs, shared by the session (the conversions are deterministic)."""
-    return tmp_path_factory.mktemp("cache")
+@dataclass
+class Clock:
+    """A clock the test moves (seconds), for code that takes `clock=`: no test waits for real time to pass."""
 
+    now: float = 1000.0
 
-@pytest.fixture(autouse=True)
-def _cache_env(shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FACESTUDIO_CACHE", str(shared_cache))
-    # The key that signs the shared cache's conversions, shared with it (each test's home would have its own).
-    monkeypatch.setenv("FACESTUDIO_INTEGRITY_KEY", str(shared_cache.with_name("integrity.key")))
+    def __call__(self) -> float:
+        return self.now
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import cli
 from engine.tools.benchmark import RESULT_KEYS, STAGE_KEYS
 
 
+@pytest.mark.slow
 def test_frame_enhancer_benchmark_writes_schema_table_and_plot(tmp_path: Path, capsys) -> None:
     out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
     args = ["benchmark", "--processors", "frame_enhancer", "--set", "frame_enhancer.scale=2", "--resolution", "180p"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import audio_seconds, live_children
+from gate import Gate
 
 import cli
 from engine import media as video
@@ -243,27 +244,30 @@ def test_output_kind_must_match_target(clip: Path, tmp_path: Path, capsys: pytes
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs Linux /proc")
 def test_ctrl_c_cancels_cleanly(tmp_path: Path) -> None:
+    """Ctrl-C while the first frame is being encoded (the run is held there: tests/gate.py) cancels the run and
+    leaves nothing: no output, no job folder, no ffmpeg."""
     import signal
-    import time
 
     target = demo.make_clip(tmp_path / "long.mp4", width=160, height=96, count=96, fps=24)
     out = tmp_path / "out.mp4"
-    child = subprocess.Popen(
-        [sys.executable, str(ROOT / "launch.py"), "run", "--target", str(target), "--output", str(out), "--yes",
-         "--set", "runtime.batch=1", "--preset", "upscale"],
+    gate = Gate.start(
+        ["run", "--target", str(target), "--output", str(out), "--yes", "--set", "runtime.batch=1", "--preset",
+         "upscale"],
+        at="engine.media.encode:FrameWriter.write",
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         # Ctrl-C reaches a terminal's foreground job; a suite started in the background (`cmd &` in a script, as CI
         # may) has SIGINT ignored, inherited by its children, and Python then never raises KeyboardInterrupt.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
+    child = gate.process
     jobs = Path(os.environ["FACESTUDIO_JOBS"])  # segments are encoded in the job folder
-    deadline = time.monotonic() + 120
-    while not any(jobs.glob("*/work-*/*")) and time.monotonic() < deadline:
-        time.sleep(0.1)  # wait until frames are being encoded
-    time.sleep(0.5)
-    children = live_children(child.pid)
-    assert children, "no ffmpeg child while encoding"
-    child.send_signal(signal.SIGINT)
+    try:
+        gate.reached()  # the first frame went to the encoder: ffmpeg runs, no segment is finished
+        children = live_children(child.pid)
+        assert children, "no ffmpeg child while encoding"
+        child.send_signal(signal.SIGINT)
+    finally:
+        gate.close()
     _, err = child.communicate(timeout=60)
     assert child.returncode == 4, err
     assert err.strip() == "error: cancelled by the user; nothing was written"

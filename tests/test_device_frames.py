@@ -11,13 +11,10 @@ import cv2
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.backends import Device, device
-from engine.backends.device import DeviceExecutor, denormalise, normalise
+from engine.backends import Device
 from engine.backends.onnx import OnnxSession
-from engine.backends.torch import TorchSession
 from engine.faces.align import estimate_affine, footprint, paste_back, warp_face
 from engine.faces.embedded import EmbeddedAnalyser
 from engine.job.processor import FrameContext
@@ -29,6 +26,9 @@ from engine.models.runtime import Runtime
 from engine.models.tensor import from_tensor, input_transform, output_transform, run_images, to_tensor
 from processors.face_enhancer import FaceEnhancer, FaceEnhancerOptions
 
+# PyTorch (and spandrel, and what imports them) is imported in the tests that use it, not when the file is
+# collected: every xdist worker collects every file, and PyTorch alone holds ~0.5 GB (tests/README.md, Memory).
+
 CONVENTIONS = [
     IOSpec(),
     IOSpec(colour="BGR", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), output_range=(-1.0, 1.0)),
@@ -38,6 +38,10 @@ CONVENTIONS = [
 
 @pytest.mark.parametrize("io", CONVENTIONS)
 def test_both_executors_normalise_to_the_same_tensors(io: IOSpec) -> None:
+    import torch
+
+    from engine.backends.device import normalise
+
     images = np.random.default_rng(0).integers(0, 256, (3, 37, 23, 3), dtype=np.uint8)
     host = to_tensor(images, io)
     on_device = normalise(torch.from_numpy(images), input_transform(io))
@@ -47,6 +51,10 @@ def test_both_executors_normalise_to_the_same_tensors(io: IOSpec) -> None:
 
 @pytest.mark.parametrize("io", CONVENTIONS)
 def test_both_executors_map_outputs_back_to_the_same_pixels(io: IOSpec) -> None:
+    import torch
+
+    from engine.backends.device import denormalise
+
     lo, hi = io.output_range
     rng = np.random.default_rng(1)
     y = rng.uniform(lo - 0.4, hi + 0.4, (2, 3, 29, 31)).astype(np.float32)
@@ -70,6 +78,10 @@ def _photo_and_face() -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_device_crops_match_opencv_to_a_level_also_past_the_frame_edge() -> None:
+    import torch
+
+    from engine.backends import device
+
     photo, landmarks = _photo_and_face()
     # One face inside the frame and one moved so that its crop reaches past the left and top edges.
     for shift in (0.0, -float(landmarks[:, 0].min()) - 40):
@@ -81,6 +93,10 @@ def test_device_crops_match_opencv_to_a_level_also_past_the_frame_edge() -> None
 
 
 def test_device_paste_back_matches_and_leaves_everything_outside_the_footprint_untouched() -> None:
+    import torch
+
+    from engine.backends import device
+
     photo, landmarks = _photo_and_face()
     affine = estimate_affine(landmarks, "arcface_128", 128)
     crop = 255 - warp_face(photo, affine, 128)  # something visibly different to paste
@@ -125,6 +141,10 @@ def _graph(path: Path, batch: int | str) -> Path:
 
 @pytest.mark.parametrize("fixed", [True, False])
 def test_onnx_runtime_through_dlpack_gives_what_its_plain_run_gives(tmp_path: Path, fixed: bool) -> None:
+    import torch
+
+    from engine.backends.device import DeviceExecutor
+
     graph = _graph(tmp_path / "g.onnx", 1 if fixed else "N")
     session = OnnxSession(graph, Device("cpu"), cache_dir=tmp_path)
     io = IOSpec(source="source", batch=1 if fixed else None)
@@ -141,6 +161,10 @@ def test_onnx_runtime_through_dlpack_gives_what_its_plain_run_gives(tmp_path: Pa
 
 
 def test_torch_sessions_run_on_device_tensors_as_on_arrays() -> None:
+    import torch
+
+    from engine.backends.torch import TorchSession
+
     torch.manual_seed(0)
     module = torch.nn.Conv2d(3, 3, 3, padding=1)
     session = TorchSession(module, Device("cpu"))
@@ -153,6 +177,8 @@ def test_torch_sessions_run_on_device_tensors_as_on_arrays() -> None:
 def test_the_device_executor_is_chosen_only_for_sessions_that_take_device_tensors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from engine.backends.device import DeviceExecutor
+
     runtime = Runtime(RuntimeSettings(device="cpu"))
     session = OnnxSession(_graph(tmp_path / "g.onnx", "N"), Device("cpu"), cache_dir=tmp_path)
     assert session.frames_device is None and executor_for(runtime, session) is HOST
@@ -165,6 +191,8 @@ def test_the_device_executor_is_chosen_only_for_sessions_that_take_device_tensor
 def test_face_enhancer_on_the_device_executor_matches_the_host_and_moves_one_frame(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from engine.backends.device import DeviceExecutor
+
     photo = demo.photo()
     (face,) = EmbeddedAnalyser().detect(photo)
     blank = np.full_like(photo, 90)

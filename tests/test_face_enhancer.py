@@ -12,11 +12,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-import torch
 from PIL import Image
-from spandrel.architectures.GFPGAN import GFPGAN
-from spandrel.architectures.RestoreFormer import RestoreFormer
-from spandrel_extra_arches.architectures.CodeFormer import CodeFormer
 
 import cli
 from engine import media as video
@@ -25,6 +21,9 @@ from engine.faces.embedded import EmbeddedAnalyser
 from engine.faces.masks import crop_mask
 from engine.media import demo
 from engine.models.manifest import MANIFEST_PATH
+
+# PyTorch (and spandrel, and what imports them) is imported in the tests that use it, not when the file is
+# collected: every xdist worker collects every file, and PyTorch alone holds ~0.5 GB (tests/README.md, Memory).
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,6 +41,8 @@ def degraded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def place(model_id: str, filename: str, state_dict: dict, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Save `state_dict` like the official file (`params_ema`) into the models folder and point a temporary
     manifest's entry for it at the saved file's size and sha256."""
+    import torch
+
     models = Path(os.environ["FACESTUDIO_MODELS"])
     models.mkdir(parents=True, exist_ok=True)
     placed = models / filename
@@ -102,9 +103,13 @@ def test_gfpgan_offline_names_file_url_licence_and_folder(degraded: Path, tmp_pa
         assert part in err, part
 
 
+@pytest.mark.slow
 def test_gfpgan_placed_file_loads_without_a_download_and_backends_agree(
     degraded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import torch
+    from spandrel.architectures.GFPGAN import GFPGAN
+
     # Random weights in the real architecture and size, saved like the official file (`params_ema`).
     torch.manual_seed(0)
     net = GFPGAN(
@@ -165,9 +170,13 @@ def test_swap_then_enhance_finds_faces_once_per_frame(tmp_path: Path, monkeypatc
     assert len(frame_calls) == 3  # frames 0, 10 and 20: never once per processor
 
 
+@pytest.mark.slow
 def test_codeformer_fidelity_and_exported_onnx_agree_with_pytorch(
     degraded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
+    import torch
+    from spandrel_extra_arches.architectures.CodeFormer import CodeFormer
+
     torch.manual_seed(0)
     place("codeformer", "codeformer.pth", CodeFormer().state_dict(), tmp_path, monkeypatch)
     # `models export` gives the ONNX backend a graph with the fidelity input and records its sha256.
@@ -200,7 +209,11 @@ def test_codeformer_fidelity_and_exported_onnx_agree_with_pytorch(
     assert np.abs(w0 - outs["onnx"]).max(axis=2)[~outside].mean() > 1
 
 
+@pytest.mark.slow
 def test_restoreformer_runs_on_both_backends(degraded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from spandrel.architectures.RestoreFormer import RestoreFormer
+
     torch.manual_seed(0)
     place("restoreformer", "RestoreFormer.pth", RestoreFormer().state_dict(), tmp_path, monkeypatch)
     before = video.read_image(degraded)[0]

@@ -31,9 +31,10 @@ from engine.live.loop import Captured, LatestFrame, LiveLoop, Processed, SinkThr
 from engine.live.record import Recorder
 from engine.media import demo
 from engine.provenance import verify
+from engine.serve.model_lock import ModelLock
 from engine.serve.service import LIVE_OUTPUT, LIVE_TARGET, Rendered, Service
 from processors import REGISTRY
-from tests.conftest import audio_seconds
+from tests.conftest import Clock, audio_seconds
 
 SWAP = {"processors": ["face_swapper"]}
 
@@ -75,10 +76,27 @@ def frame_of(n: int) -> np.ndarray:
     return np.full((4, 4, 3), n, np.uint8)
 
 
+class Emitted(list[Processed]):
+    """The loop's results as it emits them (its `emit`); `wait(n)` returns once n have come."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cond = threading.Condition()
+
+    def __call__(self, out: Processed) -> None:
+        with self._cond:
+            self.append(out)
+            self._cond.notify_all()
+
+    def wait(self, n: int) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: len(self) >= n, timeout=10), f"{len(self)} of {n} frames came"
+
+
 def test_frames_that_arrive_while_one_renders_are_dropped_and_the_newest_goes_next() -> None:
     renderer = SteppedRenderer()
-    out: list[Processed] = []
-    loop = LiveLoop(renderer, threading.Lock(), out.append).start()  # type: ignore[arg-type]
+    out = Emitted()
+    loop = LiveLoop(renderer, threading.Lock(), out).start()  # type: ignore[arg-type]
     try:
         loop.submit(Captured(frame_of(0), time.monotonic(), 0))
         assert renderer.started.acquire(timeout=10)  # frame 0 is rendering
@@ -87,9 +105,7 @@ def test_frames_that_arrive_while_one_renders_are_dropped_and_the_newest_goes_ne
         renderer.gate.release()
         assert renderer.started.acquire(timeout=10)  # the next render: the newest of 1–5
         renderer.gate.release()
-        deadline = time.monotonic() + 10
-        while len(out) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        out.wait(2)
     finally:
         renderer.gate.release()
         loop.stop()
@@ -100,27 +116,38 @@ def test_frames_that_arrive_while_one_renders_are_dropped_and_the_newest_goes_ne
 
 
 def test_a_frame_that_waited_over_half_the_cameras_interval_gives_way_to_the_next() -> None:
-    loop = LiveLoop(SteppedRenderer(), threading.Lock(), lambda out: None)  # type: ignore[arg-type]
-    now = time.monotonic()
+    """On the loop's own clock, stopped at 100 s, with its mailbox answering what the test says (no real time)."""
+    clock = Clock(100.0)
+    now = clock.now
+    loop = LiveLoop(SteppedRenderer(), threading.Lock(), lambda out: None, clock=clock)  # type: ignore[arg-type]
     for k in range(10):
         loop.stats.offer(now - 0.5 + k * 0.05)  # a camera at 20 fps: a frame every 50 ms
-    assert loop.stats.input_rate(now) == pytest.approx(20)
-    fresh = Captured(frame_of(1), time.monotonic() - 0.01)
-    assert loop._fresher(fresh) is fresh  # 10 ms old: rendered as it is, at once
-    stale = Captured(frame_of(2), time.monotonic() - 0.04)  # 40 ms old: the next is due in 10 ms
-    newer = Captured(frame_of(3), 0.0)
-    threading.Timer(0.01, lambda: loop.inbox.put(newer)).start()
-    assert loop._fresher(stale) is newer
-    started = time.monotonic()
-    assert loop._fresher(Captured(frame_of(4), time.monotonic() - 0.04)).frame()[0, 0, 0] == 4  # none came …
-    assert time.monotonic() - started < 0.2  # … within a quarter interval of when it was due: it is rendered
+    assert loop.stats.input_rate() == pytest.approx(20)
+    waits: list[float | None] = []
+    coming: list[Captured | None] = []
+
+    def take(timeout: float | None = None) -> Captured | None:
+        waits.append(timeout)
+        return coming.pop(0)
+
+    loop.inbox.take = take  # type: ignore[method-assign]
+    fresh = Captured(frame_of(1), now - 0.01)
+    assert loop._fresher(fresh) is fresh and waits == []  # 10 ms old: rendered as it is, at once
+    stale = Captured(frame_of(2), now - 0.04)  # 40 ms old: the next is due in 10 ms
+    newer = Captured(frame_of(3), now)
+    coming.append(newer)
+    assert loop._fresher(stale) is newer  # the next came while it waited: rendered instead
+    coming.append(None)
+    assert loop._fresher(Captured(frame_of(4), now - 0.04)).frame()[0, 0, 0] == 4  # none came: rendered
+    # Each waited for the next frame until a quarter interval past when it was due: 10 + 12.5 ms.
+    assert waits == pytest.approx([0.0225, 0.0225])
 
 
 def test_while_a_job_holds_the_model_the_stream_waits_says_so_and_goes_on_with_the_newest_frame() -> None:
     renderer = SteppedRenderer()
     lock = threading.Lock()
-    out: list[Processed] = []
-    loop = LiveLoop(renderer, lock, out.append).start()  # type: ignore[arg-type]
+    out = Emitted()
+    loop = LiveLoop(renderer, lock, out).start()  # type: ignore[arg-type]
     try:
         with lock:  # a job runs
             for n in range(3):
@@ -137,9 +164,7 @@ def test_while_a_job_holds_the_model_the_stream_waits_says_so_and_goes_on_with_t
         loop.stop()
     # Not the frame it had taken before it waited: the newest one, which came while the job ran.
     assert renderer.given == [7]
-    deadline = time.monotonic() + 10
-    while not out and time.monotonic() < deadline:
-        time.sleep(0.01)
+    out.wait(1)
     assert out[0].pts == 7 and out[0].waited_ms > 0
 
 
@@ -159,7 +184,7 @@ class CountingRenderer:
 
 def test_a_preview_waiting_for_the_model_gets_it_between_two_live_frames() -> None:
     renderer = CountingRenderer()
-    lock = threading.Lock()
+    lock = ModelLock()
     stop = threading.Event()
     loop = LiveLoop(renderer, lock, lambda out: None).start()  # type: ignore[arg-type]
 
@@ -178,13 +203,13 @@ def test_a_preview_waiting_for_the_model_gets_it_between_two_live_frames() -> No
         waits = []
         for _ in range(20):  # twenty previews, each asking for the lock while the stream renders
             before = renderer.renders
-            with lock:
+            with lock.brief():
                 waits.append(renderer.renders - before)
     finally:
         stop.set()
         feeder.join()
         loop.stop()
-    # Each preview got the model after at most the frame being rendered when it asked (the courtesy gap).
+    # Each preview got the model after at most the frame being rendered when it asked (brief work goes first).
     assert max(waits) <= 1, waits
 
 
@@ -210,24 +235,26 @@ def test_frames_over_max_pixels_stop_the_stream_with_the_limit_named() -> None:
 
 
 def test_a_slow_sink_skips_frames_instead_of_holding_the_stream() -> None:
-    release = threading.Event()
+    sending, release = threading.Event(), threading.Event()
     got: list[int] = []
 
     class Slow:
         def send(self, out: Processed) -> None:
-            release.wait(10)
+            sending.set()
+            assert release.wait(10), "a send to the sink waited for the sink"
             got.append(out.index)
 
         def close(self) -> None:
             pass
 
     sink = SinkThread(Slow())
-    for i in range(6):
-        sink.send(Processed(frame_of(i), i, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0))  # returns at once
-        time.sleep(0.01)
+    sink.send(Processed(frame_of(0), 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0))
+    assert sending.wait(10)  # the sink is busy with frame 0 …
+    for i in range(1, 6):
+        sink.send(Processed(frame_of(i), i, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0))  # … and each send returns at once
     release.set()
     sink.close()
-    assert got[-1] == 5 and len(got) == 2  # the one it was sending, then the newest
+    assert got == [0, 5] and sink.error is None  # the one it was sending, then the newest
 
 
 # -- live renderers ----------------------------------------------------------------------------------------------
@@ -311,17 +338,20 @@ def scaled_to(faces: list[Face], frame: np.ndarray) -> list[Face]:
 
 
 class HeldDetector:
-    """The background detections' analyser: each detection waits for the test (`release`), then finds `faces`."""
+    """The background detections' analyser: each detection waits for the test (`release`), then finds `faces`;
+    `finished` counts the detections that got past the wait."""
 
     def __init__(self, faces: list[Face]) -> None:
         self.faces = faces
         self.release = threading.Event()
         self.shapes: list[tuple[int, ...]] = []
         self.fail: Exception | None = None
+        self.finished = 0
 
     def detect(self, frame: np.ndarray) -> list[Face]:
         self.shapes.append(frame.shape)
         assert self.release.wait(10)
+        self.finished += 1
         if self.fail is not None:
             raise self.fail
         return scaled_to(self.faces, frame)
@@ -363,8 +393,7 @@ def test_no_frame_waits_for_a_live_detection_and_its_faces_join_on_the_next_fram
     assert [detector.detect(frame) for _ in range(3)] == [[], [], []] and detector.runs == 2
     assert held.shapes == [(240, 320, 3)]  # on the frame scaled for a camera
     held.faces = [face_at(100), face_at(400)]  # a second face came
-    started = time.monotonic()
-    assert detector.detect(frame) == [] and time.monotonic() - started < 1.0  # not waiting for it
+    assert detector.detect(frame) == [] and held.finished == 0  # answered while the detection is held: not waiting
     held.release.set()
     detector.wait(10)
     # The frame after it finished gets its faces, re-fitted on that frame.
@@ -425,7 +454,10 @@ COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30)]
 def test_a_recording_keeps_the_stream_timing_the_microphone_and_says_it_is_synthetic(tmp_path: Path) -> None:
     job = Job.parse({**SWAP, "target": str(LIVE_TARGET), "output": str(LIVE_OUTPUT),
                      "sources": [str(demo.source_photo())]}, REGISTRY)  # fmt: skip
-    recorder = Recorder(tmp_path / "take.mp4", 10.0, job, "camera 0", {"face_swapper": {"model": "landmark_warp"}})
+    clock = Clock()
+    recorder = Recorder(
+        tmp_path / "take.mp4", 10.0, job, "camera 0", {"face_swapper": {"model": "landmark_warp"}}, clock=clock
+    )
     start = recorder.start
     # Four processed frames whose inputs arrived at 0.0, 0.3, 0.5 and 0.9 s: at 10 fps, slots 0–2 show the
     # first, 3–4 the second, 5–8 the third, then the fourth to the end.
@@ -435,8 +467,7 @@ def test_a_recording_keeps_the_stream_timing_the_microphone_and_says_it_is_synth
     tone = (0.3 * 32767 * np.sin(np.arange(4800) / 48000 * 2 * np.pi * 440)).astype(np.int16)
     for k in range(10):  # a second of microphone, 0.1 s a time, arriving in real time
         recorder.add_audio(tone, start + 0.1 * (k + 1))
-    while time.monotonic() < start + 1.0:
-        time.sleep(0.01)
+    clock.now = start + 1.0  # it stops one second after it started
     recording = recorder.finish()
     assert recording.output == tmp_path / "take.mp4" and recording.audio and recording.size == (160, 120)
     with video.FrameReader(recording.output) as reader:
@@ -470,11 +501,11 @@ def test_a_recording_keeps_the_stream_timing_the_microphone_and_says_it_is_synth
 def test_a_recording_with_the_watermark_on_carries_it(tmp_path: Path) -> None:
     job = Job.parse({**SWAP, "target": "camera", "output": "live.mp4", "sources": [str(demo.source_photo())],
                      "video": {"watermark": True}}, REGISTRY)  # fmt: skip
-    recorder = Recorder(tmp_path / "take.mp4", 10.0, job, "camera 0", {})
+    clock = Clock()
+    recorder = Recorder(tmp_path / "take.mp4", 10.0, job, "camera 0", {}, clock=clock)
     for i, frame in enumerate(testcard.frames(640, 480, 10)):
         recorder.send(Processed(frame, i, i, recorder.start + 0.1 * i, 0, 0, 0, 5, 5, 1))
-    while time.monotonic() < recorder.start + 1.0:
-        time.sleep(0.01)
+    clock.now = recorder.start + 1.0
     checked = verify.inspect(recorder.finish().output)
     assert checked.credentials == "valid" and checked.watermark is not None and checked.watermark["found"]
     assert checked.facestudio is not None and checked.facestudio["watermark"] is True

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
 import shutil
 import socket
@@ -30,7 +31,7 @@ from tests.test_live import swapped_towards_source
 from webui.app import Studio, UISettings, launch
 
 ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
+ARTIFACTS = Path(os.environ["FACESTUDIO_TEST_ARTIFACTS"])  # screenshots to look at, kept (tests/README.md)
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]  # fmt: skip
@@ -132,6 +133,7 @@ def result_frame(page: Any) -> np.ndarray:
     return picture(page.evaluate(GRAB))
 
 
+@pytest.mark.slow
 def test_a_camera_stream_comes_back_swapped_for_20_s_with_no_growth_in_latency_and_records(
     app: str, browser: Any, work: Path
 ) -> None:

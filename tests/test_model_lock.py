@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import Clock
 
 from engine import media as video
 from engine.media import demo
@@ -34,7 +35,8 @@ def _thread(work: Callable[[], None]) -> threading.Thread:
 
 
 def test_brief_work_goes_between_two_batches_of_the_holder() -> None:
-    lock, events = ModelLock(), []
+    clock = Clock()
+    lock, events = ModelLock(clock=clock), []
 
     turns: list[Turn] = []
 
@@ -47,18 +49,31 @@ def test_brief_work_goes_between_two_batches_of_the_holder() -> None:
         waiter = _thread(preview)
         _until(lambda: lock.brief_waiting == 1)
         events.append("batch 1")
-        time.sleep(0.05)
+        clock.now += 0.05
         assert lock.let_brief() == 1
         events.append("batch 2")
     waiter.join(5)
     assert events == ["batch 1", "preview", "batch 2"]
-    assert turns[0].behind_job and turns[0].waited >= 0.05
+    assert turns[0].behind_job and turns[0].waited == pytest.approx(0.05)
     with lock.brief() as turn:  # free: no wait, no job
-        assert turn.behind_job is False and turn.waited < 0.05
+        assert turn.behind_job is False and turn.waited == 0
+
+
+class Watched(threading.Condition):
+    """A model lock's condition that says when a thread first waits on it (so a test knows a waiter waits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
 
 
 def test_plain_acquire_waits_for_the_release_not_for_a_batch() -> None:
     lock, events = ModelLock(), []
+    lock._cond = watched = Watched()
 
     def job() -> None:
         with lock:
@@ -66,12 +81,30 @@ def test_plain_acquire_waits_for_the_release_not_for_a_batch() -> None:
 
     with lock:
         other = _thread(job)
-        time.sleep(0.05)  # the other job is waiting (a plain waiter is not counted as brief)
+        assert watched.waiting.wait(10)  # the other job is waiting (a plain waiter is not counted as brief)
         assert lock.brief_waiting == 0
         assert lock.let_brief() == 0
         events.append("batch 2")
     other.join(5)
     assert events == ["batch 2", "other job"]
+
+
+def test_a_plain_acquire_lets_the_brief_work_waiting_go_first() -> None:
+    """A holder that releases and asks again at once (a live stream's next frame) waits for the brief work that
+    was waiting: it cannot take the lock straight back, whichever thread runs first."""
+    lock, events = ModelLock(), []
+
+    def preview() -> None:
+        with lock.brief():
+            events.append("preview")
+
+    with lock:
+        waiter = _thread(preview)
+        _until(lambda: lock.brief_waiting == 1)
+    with lock:
+        events.append("next frame")
+    waiter.join(5)
+    assert events == ["preview", "next frame"]
 
 
 def test_brief_work_that_comes_while_others_go_waits_for_the_next_batch() -> None:

@@ -17,8 +17,6 @@ import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 import pytest
-import spandrel
-import torch
 from skimage import data, transform
 
 from engine.models.ncnn import (
@@ -30,6 +28,9 @@ from engine.models.ncnn import (
     to_onnx,
     to_state_dict,
 )
+
+# PyTorch (and spandrel, and what imports them) is imported in the tests that use it, not when the file is
+# collected: every xdist worker collects every file, and PyTorch alone holds ~0.5 GB (tests/README.md, Memory).
 
 TOLERANCE = 1e-4
 
@@ -132,6 +133,9 @@ def test_onnx_matches_ncnn(embedded: Embedded) -> None:
 
 
 def test_spandrel_module_matches_onnx(embedded: Embedded) -> None:
+    import spandrel
+    import torch
+
     state = {key: torch.tensor(value) for key, value in to_state_dict(embedded.model, embedded.arch).items()}
     descriptor = spandrel.ModelLoader().load_from_state_dict(state)
     assert descriptor.architecture.id == embedded.spandrel_id

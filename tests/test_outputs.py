@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -115,26 +114,25 @@ def test_a_lock_that_cannot_be_read_is_a_starting_run_until_it_is_old(tmp_path: 
 
 
 def test_a_lock_is_never_seen_empty(tmp_path: Path) -> None:
-    """The lock appears with its owner inside: a reader racing a claim sees no file or a whole record."""
+    """The lock appears with its owner inside: a reader racing a claim sees no file or a whole record. The reader
+    looks after every call the claiming thread makes (Python and C: each file-system step is one), so it sees
+    every state another process could, whatever the threads' timing."""
     output = tmp_path / "o.mp4"
     seen: list[str] = []
-    stop = threading.Event()
 
-    def watch() -> None:
-        while not stop.is_set():
+    def look(frame: object, event: str, arg: object) -> None:
+        if event in {"return", "c_return", "c_exception"}:
             for lock in tmp_path.glob(".facestudio-*.lock"):
                 with contextlib.suppress(FileNotFoundError):
                     seen.append(lock.read_text())
 
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        for _ in range(200):
+    for _ in range(3):
+        sys.setprofile(look)
+        try:
             with OutputClaim.claim(output, overwrite=False):
                 pass
-    finally:
-        stop.set()
-        watcher.join()
+        finally:
+            sys.setprofile(None)
     assert seen and all(json.loads(text)["pid"] == os.getpid() for text in seen)
     assert list(tmp_path.iterdir()) == []
 

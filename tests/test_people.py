@@ -54,6 +54,7 @@ def _map_args(photos: dict[str, Path]) -> list[str]:
     return [f"--map={NUMBER[n]}={photos[OWN[n]]}" for n in pk.NAMES]
 
 
+@pytest.mark.slow
 def test_scan_and_a_mapped_render_put_each_persons_own_source_on_them(
     clip: pk.Clip,
     photos: dict[str, Path],

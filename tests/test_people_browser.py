@@ -1,6 +1,6 @@
 """The people panel in a real headless Chromium (as tests/test_webui_browser.py drives the studio): a two-person
 target, "Find the people" shows both, a source photo for one of them switches the selector to `map`, and the
-preview changes that face alone. The screenshot is kept in test-artifacts/people.png."""
+preview changes that face alone. The screenshot is kept in $FACESTUDIO_TEST_ARTIFACTS/people.png."""
 
 from __future__ import annotations
 

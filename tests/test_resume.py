@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import audio_seconds, live_children
+from gate import Gate
 
 import cli
 from engine import media as video
@@ -48,42 +48,42 @@ def read_frames(path: Path) -> np.ndarray:
         return np.stack(list(reader))
 
 
-def start(args: list[str], jobs: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "launch.py"), "run", *args, "--yes"],
+FINISHED = "engine.run.jobdir:JobFolder.finish"  # where a run is held: after each segment it finishes
+
+
+def start(args: list[str], jobs: Path, at: str = FINISHED) -> Gate:
+    """`launch.py run ARGS --yes`, held after each call of `at` (tests/gate.py)."""
+    return Gate.start(
+        ["run", *args, "--yes"], at=at,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         env={**os.environ, "FACESTUDIO_JOBS": str(jobs)},
     )  # fmt: skip
 
 
-def wait_until(condition: Callable[[], bool], child: subprocess.Popen[str], what: str) -> None:
-    deadline = time.monotonic() + 300
-    while not condition():
-        if child.poll() is not None:
-            pytest.fail(f"the run ended (exit {child.returncode}) before {what}: {child.stderr.read()}")  # type: ignore[union-attr]
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
+def finish_segments(run: Gate, count: int) -> None:
+    """Let `run` finish `count` more segments; it is held after the last of them."""
+    for n in range(count):
+        if n:
+            run.go()
+        run.reached()
 
 
 def done_segments(jobs: Path) -> dict[int, dict]:
     """The finished segments the job folder's manifest lists (the folder's own record of what counts)."""
-    for manifest in jobs.glob("*/manifest.json"):
-        try:
-            return {int(i): r for i, r in json.loads(manifest.read_text())["done"].items()}
-        except (OSError, ValueError):
-            return {}  # being replaced this instant: ask again
-    return {}
+    (manifest,) = jobs.glob("*/manifest.json")
+    return {int(i): r for i, r in json.loads(manifest.read_text())["done"].items()}
 
 
-def kill(child: subprocess.Popen[str]) -> None:
-    """SIGKILL, as a crash or power loss would; its ffmpeg children then end on their own (their pipes close)."""
-    ffmpegs = live_children(child.pid)
-    child.kill()
-    child.communicate(timeout=60)
-    deadline = time.monotonic() + 30
-    while any(Path(f"/proc/{pid}").exists() for pid in ffmpegs) and time.monotonic() < deadline:
-        time.sleep(0.05)
+def kill(run: Gate) -> None:
+    """SIGKILL, as a crash or power loss would; its ffmpeg children then end on their own (their pipes close):
+    waited for, as they may still be writing in the job folder."""
+    ending = [os.pidfd_open(pid) for pid in live_children(run.process.pid)]
+    run.process.kill()
+    run.process.communicate(timeout=60)
+    run.close()
+    for pidfd in ending:
+        assert select.select([pidfd], [], [], 60)[0], "an ffmpeg of the killed run did not end"
+        os.close(pidfd)
 
 
 def stats(folder: Path, indexes: set[int]) -> dict[int, tuple[int, int]]:
@@ -96,23 +96,22 @@ def test_killed_job_resumes_without_recomputing_finished_segments(clip: Path, tm
     args = ["--target", str(clip), "--output", str(out), *CHAIN, *SEGMENTS]
 
     first = start(args, jobs)
-    wait_until(lambda: len(done_segments(jobs)) >= 2, first, "two segments were finished")
+    finish_segments(first, 2)
     kill(first)
     (folder,) = jobs.iterdir()
     before = set(done_segments(jobs))
-    assert 2 <= len(before) < FRAMES // SEGMENT and not out.exists()
+    assert before == {0, 1} and not out.exists()
     kept = stats(folder, before)
 
     second = start([*args, "--resume"], jobs)
-    wait_until(lambda: len(done_segments(jobs)) > len(before), second, "the resumed run finished a segment")
+    finish_segments(second, 1)
     kill(second)
     # The segments finished before the first kill are the same files, untouched by the resumed run.
     assert stats(folder, before) == kept
     after = done_segments(jobs)
-    assert set(after) > before and not out.exists()
-    assert {after[i]["pid"] for i in before} == {first.pid} and {after[i]["pid"] for i in set(after) - before} == {
-        second.pid
-    }
+    assert set(after) == {0, 1, 2} and not out.exists()
+    assert {after[i]["pid"] for i in before} == {first.process.pid}
+    assert {after[i]["pid"] for i in set(after) - before} == {second.process.pid}
 
     third = subprocess.run(
         [sys.executable, str(ROOT / "launch.py"), "run", *args, "--resume", "--yes"],

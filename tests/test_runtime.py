@@ -9,9 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from conftest import Server
-from spandrel.architectures.Compact import Compact as SRVGGNetCompact
 
 import cli
 from engine import media as video
@@ -26,6 +24,9 @@ from engine.core.errors import (
 from engine.job.settings import RuntimeSettings
 from engine.models.manifest import Manifest
 from engine.models.runtime import Folders, Runtime
+
+# PyTorch (and spandrel, and what imports them) is imported in the tests that use it, not when the file is
+# collected: every xdist worker collects every file, and PyTorch alone holds ~0.5 GB (tests/README.md, Memory).
 
 MANIFEST = """
 [io.realesrgan]
@@ -54,6 +55,9 @@ sha256 = "{sha256}"
 
 def tiny_pth(path: Path, seed: int = 0) -> bytes:
     """A random-weight SRVGGNetCompact (8 features, 2 convs, ×4) saved like the official files (`params`)."""
+    import torch
+    from spandrel.architectures.Compact import Compact as SRVGGNetCompact
+
     torch.manual_seed(seed)
     net = SRVGGNetCompact(num_feat=8, num_conv=2, upscale=4)
     torch.save({"params": net.state_dict()}, path)
@@ -138,6 +142,8 @@ def test_tampered_file_is_refused_and_kept(tiny: tuple[Runtime, Path]) -> None:
 
 def evil_pickle(path: Path, marker: Path) -> bytes:
     """A `.pth` whose unpickling would create `marker` (a `__reduce__` payload, as a malicious checkpoint has)."""
+
+    import torch
 
     class Evil:
         def __reduce__(self):  # runs `touch` if anything unpickles this

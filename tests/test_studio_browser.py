@@ -5,8 +5,9 @@ cannot apply, the page's words, slow previews.
 
 One server for the module, with a test processor ("Test gate") that holds a frame until the test lets it go (a slow
 preview, a run caught mid-way, without timing), and a catalogue whose downloads point at a local server that counts
-every request (the missing-model line must make none). Screenshots go to test-artifacts/ (studio-1440.png after a
-run, studio-800.png, studio-390.png); with FACESTUDIO_UPDATE_DOCS=1 the README's picture is made from the first."""
+every request (the missing-model line must make none). Screenshots go to $FACESTUDIO_TEST_ARTIFACTS
+(studio-1440.png after a run, studio-800.png, studio-390.png); with FACESTUDIO_UPDATE_DOCS=1 the README's picture
+is made from the first."""
 
 from __future__ import annotations
 
@@ -408,6 +409,7 @@ def test_the_trim_range_sits_on_the_timeline_and_the_run_keeps_just_those_frames
 
 
 # -- 4. layout ---------------------------------------------------------------------------------------------------
+@pytest.mark.checkout_writes(str(DOCS_PICTURE.relative_to(ROOT)))  # with FACESTUDIO_UPDATE_DOCS=1
 def test_the_tabs_and_the_result_are_on_the_first_screen_and_the_chain_shows_at_a_glance(
     app: str, browser: Any, media: dict[str, Path]
 ) -> None:

@@ -19,7 +19,7 @@ from typing import ClassVar
 import psutil
 import pytest
 from conftest import live_children
-from test_resume import CHAIN, make_clip, start, wait_until
+from test_resume import CHAIN, FINISHED, make_clip, start
 
 import cli
 from engine import media as video
@@ -272,15 +272,17 @@ def test_sigterm_exits_4_without_orphans_or_output(tmp_path: Path, finished: boo
     target = make_clip(tmp_path / "clip.mp4")
     out, root = tmp_path / "out.mp4", tmp_path / "jobs"
     size = ["--set", "video.segment_frames=15"] if finished else []
-    child = start(["--target", str(target), "--output", str(out), *CHAIN, *size], root)
-
-    def encoding() -> bool:
-        work = list(root.glob("*/work-*/*"))
-        return bool(list(root.glob("*/seg-*.mp4")) if finished else work) and bool(live_children(child.pid))
-
-    wait_until(encoding, child, "a segment was finished" if finished else "a segment was being encoded")
-    ffmpegs = live_children(child.pid)
-    child.send_signal(signal.SIGTERM)
+    # Held (tests/gate.py) once a segment is finished, or once the first frame is being encoded.
+    at = FINISHED if finished else "engine.media.encode:FrameWriter.write"
+    run = start(["--target", str(target), "--output", str(out), *CHAIN, *size], root, at)
+    child = run.process
+    try:
+        run.reached()
+        ffmpegs = live_children(child.pid)
+        assert ffmpegs, "no ffmpeg child while rendering"
+        child.send_signal(signal.SIGTERM)
+    finally:
+        run.close()
     _, err = child.communicate(timeout=60)
     assert child.returncode == 4, err
     assert not [pid for pid in ffmpegs if Path(f"/proc/{pid}").exists()]

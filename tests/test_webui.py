@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 import httpx
 import numpy as np
 import pytest
+from conftest import Clock
 from gradio_client import Client, handle_file
 from pydantic import Field
 
@@ -484,7 +485,8 @@ def _hold(line: RunQueue, ticket: Ticket, entered: threading.Event, release: thr
 
 
 def test_the_run_line_gives_places_and_waits_from_measured_speed() -> None:
-    line = RunQueue()
+    clock = Clock()
+    line = RunQueue(clock=clock)
     first = Ticket(("invert",), frames=100, megapixel_frames=100.0)
     second = Ticket(("invert",), frames=50, megapixel_frames=50.0)
     release = threading.Event()
@@ -497,8 +499,8 @@ def test_the_run_line_gives_places_and_waits_from_measured_speed() -> None:
     assert line.place(first).running
     assert line.place(second).ahead == 1 and line.place(second).wait is None  # nothing measured yet
     line.progress(first, 0)
-    assert first.started is not None
-    first.started -= 10.0  # 10 s for the first 25 frames: 0.4 s a frame = 0.4 s per megapixel-frame
+    assert first.started == clock.now
+    clock.now += 10.0  # 10 s for the first 25 frames: 0.4 s a frame = 0.4 s per megapixel-frame
     line.progress(first, 25)
     place = line.place(second)
     assert place.ahead == 1 and not place.running
@@ -518,7 +520,8 @@ def test_the_run_line_gives_places_and_waits_from_measured_speed() -> None:
 
 def test_run_state_says_stage_frames_fps_and_eta() -> None:
     cancel = threading.Event()
-    state = RunState(cancel)
+    clock = Clock()
+    state = RunState(cancel, clock=clock)
     assert state.text().startswith("preparing")
     from webui.schedule import Place
 
@@ -528,7 +531,7 @@ def test_run_state_says_stage_frames_fps_and_eta() -> None:
     state.queued(Place(ahead=2, running=False, wait=22.0))
     assert state.text() == "waiting: 2nd in line — about 22 s"
     state.stage("frames", 100)
-    state.started -= 10.0
+    clock.now += 10.0
     state.advance(20)
     assert state.text() == "rendering: 20 of 100 frames, 2.00 fps, about 40 s left"
     assert state.html().startswith("<progress value='200' max='1000'></progress>")

@@ -1,12 +1,14 @@
 """The studio page in a real headless Chromium (Debian `chromium`, driven by playwright) at 1440×900: the common
 path fits the first screen, face pictures show whole faces, messages a user can act on, runs with progress,
 cancel and the run line, private results, history across a reload, narrow windows. Screenshots are kept in
-test-artifacts/; the README's picture (docs/studio.png) is made by tests/test_studio_browser.py."""
+$FACESTUDIO_TEST_ARTIFACTS (tests/README.md); the README's picture (docs/studio.png) is made by
+tests/test_studio_browser.py."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shutil
 import socket
 from collections.abc import Callable, Iterator
@@ -24,7 +26,7 @@ from engine.media import demo
 from webui.app import Studio, UISettings, launch
 
 ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
+ARTIFACTS = Path(os.environ["FACESTUDIO_TEST_ARTIFACTS"])  # screenshots to look at, kept (tests/README.md)
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 VIEWPORT = {"width": 1440, "height": 900}
 # The served app's frame size cap (`ui --max-pixels`): above every target here but `big`.

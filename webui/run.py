@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +43,12 @@ def _seconds(value: float) -> str:
 
 class RunState:
     """What a running job shows: its place in line while it waits, then its stage, frames, fps and ETA
-    (`engine.core.progress.Progress`; raises Cancelled between batches once the session's cancel flag is set)."""
+    (`engine.core.progress.Progress`; raises Cancelled between batches once the session's cancel flag is set).
+    `clock`: seconds, what the fps and ETA are measured with (`time.monotonic`)."""
 
-    def __init__(self, cancel: threading.Event) -> None:
+    def __init__(self, cancel: threading.Event, clock: Callable[[], float] = time.monotonic) -> None:
         self.cancel = cancel
+        self.clock = clock
         self.place: Place | None = None
         self.stage_name = ""
         self.total: int | None = None
@@ -60,7 +62,7 @@ class RunState:
     def stage(self, name: str, total: int | None = None, unit: str = "frame") -> None:
         with self._lock:
             self.place = None
-            self.stage_name, self.total, self.done, self.started = name, total, 0, time.monotonic()
+            self.stage_name, self.total, self.done, self.started = name, total, 0, self.clock()
 
     def advance(self, n: int = 1) -> None:
         if self.cancel.is_set():
@@ -97,7 +99,7 @@ class RunState:
             return "preparing: checking the inputs, loading models, analysing the source face"
         if total and done >= total:
             return f"finishing: {done} of {total} frames done — writing the output, audio and sidecar"
-        elapsed = time.monotonic() - (started or time.monotonic())
+        elapsed = self.clock() - (started or self.clock())
         fps = done / elapsed if elapsed > 0 and done else 0.0
         counts = f"{done} of {total}" if total else f"{done}"
         eta = f", about {_seconds((total - done) / fps)} left" if fps and total else ""

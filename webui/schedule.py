@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from engine.core.errors import Cancelled
@@ -46,9 +46,10 @@ class Place:
 
 
 class RunQueue:
-    """Serialises jobs; thread-safe."""
+    """Serialises jobs; thread-safe. `clock`: seconds, what the jobs' speed is measured with (`time.monotonic`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self._cond = threading.Condition()
         self._line: list[Ticket] = []
         self._running: Ticket | None = None
@@ -71,12 +72,12 @@ class RunQueue:
                 raise
             self._line.remove(ticket)
             self._running = ticket
-        started = time.monotonic()
+        started = self.clock()
         try:
             yield
         finally:
             with self._cond:
-                self._learn(ticket, time.monotonic() - (ticket.started or started))
+                self._learn(ticket, self.clock() - (ticket.started or started))
                 self._running = None
                 self._cond.notify_all()
 
@@ -84,7 +85,7 @@ class RunQueue:
         """The running `ticket` has processed `done` frames (its clock starts at the first report)."""
         with self._cond:
             if ticket.started is None:
-                ticket.started = time.monotonic()
+                ticket.started = self.clock()
             ticket.done = done
 
     def place(self, ticket: Ticket) -> Place:
@@ -117,7 +118,7 @@ class RunQueue:
         ticket = self._running
         if ticket is None or ticket.started is None or ticket.done <= 0 or ticket.frames <= 0:
             return None
-        per_frame = (time.monotonic() - ticket.started) / ticket.done
+        per_frame = (self.clock() - ticket.started) / ticket.done
         return per_frame / (ticket.megapixel_frames / ticket.frames)
 
     def _expected(self, ticket: Ticket) -> float | None:

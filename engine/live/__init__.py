@@ -19,11 +19,12 @@ processing time behind the frame that went in (plus the transport), never a grow
 the loop gets the same treatment. Frames are never passed on unprocessed: while the loop cannot render (a job
 holds the model), sinks keep the last processed frame.
 
-**Model lock.** Each frame takes the engine service's `model_lock` for its render only, as a preview does; after
-each frame the loop leaves it free for `COURTESY_S`, so a preview, a face search or another live stream waiting
-for it gets it between two frames (Python's lock is not fair: without the gap the loop could take it straight
-back, every time). A job holds the lock for its whole run (it lets only `brief()` work in between its batches, and a
-stream's frames are not): a live stream then waits, says so, and resumes with the newest frame.
+**Model lock.** Each frame takes the engine service's `model_lock` for its render only, as a preview does. Brief
+work waiting for it (a preview, a face search: `ModelLock.brief`) goes before the loop's next frame, by the lock's
+own rule; after each frame the loop also leaves it free for `COURTESY_S`, so that another live stream waiting for
+it gets it between two frames (Python's lock is not fair: without the gap the loop could take it straight back).
+A job holds the lock for its whole run (it lets only `brief()` work in between its batches, and a stream's frames
+are not): a live stream then waits, says so, and resumes with the newest frame.
 
 **Tracking.** Faces are tracked from frame to frame (re-fits between detections, smoothing in seconds). The
 tracker must know the rate it sees frames at — for a live stream the processed rate, not the camera's — so the

@@ -135,10 +135,12 @@ class Figures:
 
 
 class LiveStats:
-    """Rolling figures of one stream, and every frame's processing and latency for a summary (thread-safe)."""
+    """Rolling figures of one stream, and every frame's processing and latency for a summary (thread-safe).
+    `clock`: seconds, the clock the frames' times are given in (`time.monotonic`)."""
 
-    def __init__(self, window: float = WINDOW_S) -> None:
+    def __init__(self, window: float = WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.window = window
+        self.clock = clock
         self._lock = threading.Lock()
         self._done: deque[tuple[float, float, float]] = deque()  # (done, processing ms, latency ms)
         self._offered: deque[float] = deque()
@@ -169,7 +171,7 @@ class LiveStats:
 
     def input_rate(self, now: float | None = None) -> float:
         """Frames offered per second over the window (0 before two have been offered)."""
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         with self._lock:
             self._trim(now)
             offered = list(self._offered)
@@ -177,7 +179,7 @@ class LiveStats:
         return (len(offered) - 1) / span if span > 0 else 0.0
 
     def figures(self, state: str, now: float | None = None) -> Figures:
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         with self._lock:
             self._trim(now)
             done, offered = list(self._done), len(self._offered)
@@ -209,7 +211,7 @@ class LiveLoop:
     settings changed) from the next frame. A render that fails stops the loop; `state` and `error` say why.
 
     `fps`: the rate the renderer's tracker was made for; `max_pixels`: the largest frame (width × height) it
-    renders, as for a run."""
+    renders, as for a run; `clock`: seconds, the clock `Captured.arrived` is given in (`time.monotonic`)."""
 
     def __init__(
         self,
@@ -220,6 +222,7 @@ class LiveLoop:
         fps: float = 30.0,
         max_pixels: int | None = None,
         name: str = "live",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.renderer = renderer
         self.model_lock = model_lock
@@ -227,7 +230,8 @@ class LiveLoop:
         self.fps = fps
         self.max_pixels = max_pixels
         self.inbox = LatestFrame()
-        self.stats = LiveStats()
+        self.clock = clock
+        self.stats = LiveStats(clock=clock)
         self.state = "starting"
         self.error: BaseException | None = None
         self._replacement: FrameRenderer | None = None
@@ -295,7 +299,7 @@ class LiveLoop:
                 log.error("live stream failed", exc_info=exc)
 
     def _render(self, captured: Captured, index: int) -> Processed | None:
-        asked = time.monotonic()
+        asked = self.clock()
         while not self.model_lock.acquire(timeout=_LOCK_POLL_S):
             self.state = "waiting for the model: a job is using it (the stream goes on when it is done)"
             if self._stop.is_set():
@@ -314,12 +318,12 @@ class LiveLoop:
                 self.renderer = self._replacement or self.renderer
                 self._replacement, self._retrack = None, False
                 track_live(self.renderer, self.fps)
-            started = time.monotonic()
+            started = self.clock()
             self.state = "running"
             rendered = self.renderer.render(frame, index, track=True)
         finally:
             self.model_lock.release()
-        done = time.monotonic()
+        done = self.clock()
         time.sleep(COURTESY_S)
         return Processed(
             rendered.after, index, captured.pts, captured.arrived, started, done, (started - asked) * 1000,
@@ -336,7 +340,7 @@ class LiveLoop:
         if rate <= 0:
             return captured
         interval = 1.0 / rate
-        waited = time.monotonic() - captured.arrived
+        waited = self.clock() - captured.arrived
         if waited <= interval / 2:
             return captured
         return self.inbox.take(timeout=max(interval - waited, 0.0) + interval / 4) or captured

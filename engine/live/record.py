@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 import wave
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -63,7 +64,8 @@ class Recorder:
     them, as a run's is. Nothing appears at `output` until `finish` has written it whole with its sidecar; `abort`,
     or a failure, leaves nothing behind.
 
-    A Sink (`send`) for a SinkThread: a slow encoder makes it skip processed frames, never slows the stream."""
+    A Sink (`send`) for a SinkThread: a slow encoder makes it skip processed frames, never slows the stream.
+    `clock`: seconds, the clock the frames' and the audio's arrival times are given in (`time.monotonic`)."""
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class Recorder:
         *,
         audio_rate: int = 48000,
         signing: keys.SigningKey | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.output = Path(output)
         muxer_for(self.output)  # an extension that cannot hold the video fails now, not at the end
@@ -92,7 +95,8 @@ class Recorder:
         self.camera = camera
         self.processors = processors
         self.audio_rate = audio_rate
-        self.start = time.monotonic()
+        self.clock = clock
+        self.start = clock()
         self.started_at = datetime.now(UTC)
         self._work = Path(tempfile.mkdtemp(prefix=".facestudio-live-", dir=self.output.parent))
         self._writer: FrameWriter | None = None
@@ -109,7 +113,7 @@ class Recorder:
 
     @property
     def seconds(self) -> float:
-        return time.monotonic() - self.start
+        return self.clock() - self.start
 
     def send(self, out: Processed) -> None:
         """A processed frame: the slots up to its input's arrival show the one before it, then it is current."""
@@ -133,7 +137,7 @@ class Recorder:
             self._latency.append(out.latency_ms)
 
     def add_audio(self, samples: np.ndarray, arrived: float) -> None:
-        """Mono int16 samples at `audio_rate`; `arrived`: `time.monotonic()` when the last of them arrived."""
+        """Mono int16 samples at `audio_rate`; `arrived`: when the last of them arrived (on `clock`)."""
         with self._lock:
             if self._done:
                 return
@@ -158,7 +162,7 @@ class Recorder:
         """Nothing to do as a sink: `finish` or `abort` ends the recording."""
 
     def _slot(self, moment: float) -> int:
-        """The first output frame at or after `moment` (time.monotonic()); micro-second rounding keeps a moment
+        """The first output frame at or after `moment` (on `clock`); micro-second rounding keeps a moment
         that is exactly a frame's time on that frame."""
         return max(0, math.ceil(round((moment - self.start) * float(self.rate), 6)))
 
@@ -178,7 +182,7 @@ class Recorder:
         try:
             if self._writer is None or self._current is None:
                 raise InvalidInput("nothing was recorded: no frame was processed while recording")
-            self._fill(max(self._slot(time.monotonic()), self._written + 1), self._current)
+            self._fill(max(self._slot(self.clock()), self._written + 1), self._current)
             self._writer.close()
             seconds = self._written / float(self.rate)
             audio = None

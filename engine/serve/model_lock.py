@@ -6,7 +6,9 @@ scan, starting a live stream — takes it with `brief()`. Between two batches a 
 work waiting at that moment goes first, one piece at a time, then the run goes on. So a preview asked for during a
 run waits for one batch of it, not for the whole run, and a stream of previews cannot stall the run: brief work
 that arrives while others are let in waits for the next batch. Plain `acquire` (another job, a live stream's
-frames) waits for `release`, as with `threading.Lock`.
+frames) waits for `release`, as with `threading.Lock`, and for the brief work already waiting then: a live stream
+that releases the lock after each frame cannot take it straight back from a waiting preview, whatever the threads'
+timing.
 
 The run's own helper threads (face detection ahead of the batch, identity QA, the encoder) go on while brief work
 runs: they use the face analyser, which serialises its own calls, and never the processors' models.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -33,9 +35,11 @@ class Turn:
 class ModelLock:
     """A lock for model work with brief turns between a long holder's batches (see the module docstring).
 
-    Not re-entrant: a thread holding it must not ask again (it raises RuntimeError instead of deadlocking)."""
+    Not re-entrant: a thread holding it must not ask again (it raises RuntimeError instead of deadlocking).
+    `clock`: seconds, what a `Turn`'s wait is measured with (`time.monotonic`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self._cond = threading.Condition()
         self._owner: int | None = None  # thread id of the holder
         self._owner_brief = False  # whether the holder is brief work
@@ -73,7 +77,7 @@ class ModelLock:
         """Hold the lock for one short piece of work: at once when it is free, else at the holder's next
         `let_brief` (or its release). Gives the `Turn`: how long it waited, and whether for a job."""
         me = self._not_mine()
-        asked = time.monotonic()
+        asked = self.clock()
         with self._cond:
             behind_job = self._lender is not None or (self._owner is not None and not self._owner_brief)
             ticket = self._tickets
@@ -85,7 +89,7 @@ class ModelLock:
                 self._waiting.discard(ticket)
             self._owner, self._owner_brief = me, True
         try:
-            yield Turn(time.monotonic() - asked, behind_job)
+            yield Turn(self.clock() - asked, behind_job)
         finally:
             with self._cond:
                 self._owner, self._owner_brief = None, False
@@ -114,7 +118,8 @@ class ModelLock:
             return len(self._waiting)
 
     def _free(self) -> bool:
-        return self._owner is None and self._lender is None
+        """Free for a plain `acquire`: no holder, and no brief work waiting (it goes first)."""
+        return self._owner is None and self._lender is None and not self._waiting
 
     def _not_mine(self) -> int:
         me = threading.get_ident()
