@@ -203,8 +203,8 @@ def walking_person(folder: Path) -> Path:
 
 def ffprobe_video(path: Path) -> dict:
     """ffprobe's description of the first video stream of `path` (codec, pix_fmt, tags)."""
-    done = subprocess.run([media.find_ffprobe(), "-v", "error", "-print_format", "json", "-show_streams",
-                           "-select_streams", "v:0", str(path)], capture_output=True, text=True, check=True)  # fmt: skip
+    args = [media.find_ffprobe(), "-v", "error", "-print_format", "json", "-show_streams", "-select_streams", "v:0"]
+    done = subprocess.run([*args, str(path)], capture_output=True, text=True, check=True)
     return json.loads(done.stdout)["streams"][0]
 
 

@@ -84,12 +84,12 @@ class BackgroundDetector:
     The tracker calls `detect` on every frame (made with `redetect_every=1`); this decides when a detection runs:
     on a thread of its own, with `detector` (an analyser of its own: the tracker's re-fits on the render thread
     go on meanwhile through `analyser`, whose lock the detection does not hold), on the frame scaled to `side` px
-    on its long side (None: the frame as it is), every `every` frames — and on the next frame whenever the last one found no face, found
-    faces crowding each other (the tracker re-fits no crowded face: only detections follow them), or a re-fit
-    failed since (a face may be leaving). `detect` returns the faces of a detection that finished since the last
-    call, each re-fitted on this frame (one that no longer fits is left out: it moved away or left), or none;
-    the very first call detects on its frame and waits, so a stream starts with its faces. A detection's error is
-    raised by the next `detect`. Every other call is `analyser`'s own. One detection at most is in flight."""
+    on its long side (None: the frame as it is), every `every` frames — and on the next frame whenever the last
+    one found no face, found faces crowding each other (the tracker re-fits no crowded face: only detections follow
+    them), or a re-fit failed since (a face may be leaving). `detect` returns the faces of a detection that finished
+    since the last call, each re-fitted on this frame (one that no longer fits is left out: it moved away or left),
+    or none; the very first call detects on its frame and waits, so a stream starts with its faces. A detection's
+    error is raised by the next `detect`. Every other call is `analyser`'s own. One detection at most is in flight."""
 
     def __init__(
         self,

@@ -115,7 +115,9 @@ class FrameWriter:
         check_size(encoder, width, height)
         # Here, not at the first frame: ffmpeg would only fail once it had been sent one.
         check_encoder(encoder, self._ffmpeg)
-        self._alpha: Iterator[npt.NDArray[np.uint8]] | None = iter(alpha) if picture.alpha and alpha is not None else None
+        self._alpha: Iterator[npt.NDArray[np.uint8]] | None = None
+        if picture.alpha and alpha is not None:
+            self._alpha = iter(alpha)
         if audio is not None and audio.codec is None:
             found = headers.read_header(audio.path, self._ffmpeg).audio()
             audio = replace(audio, codec=found.codec if found is not None else None)

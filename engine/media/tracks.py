@@ -60,9 +60,9 @@ def plan_streams(
     ours: the synthetic-media tags (always written, added to the user's: a `comment` of the user's is kept, ours
     after it). keep_audio: every audio track, each copied where the container holds its codec and the span is not
     cut (`cut`: trimmed, or sound before the first picture), else re-encoded (AAC; Opus in WebM), resampled to
-    48 kHz where the encoder takes no more, with a note saying which and why. keep_metadata: the user's container and video-stream tags, chapters
-    and subtitles (False: ours alone, said in a note). Raises InvalidInput for audio the container's encoder cannot
-    hold (more channels than it takes), naming the containers that keep it as it is.
+    48 kHz where the encoder takes no more, with a note saying which and why. keep_metadata: the user's container
+    and video-stream tags, chapters and subtitles (False: ours alone, said in a note). Raises InvalidInput for audio
+    the container's encoder cannot hold (more channels than it takes), naming the containers that keep it as it is.
     """
     notes: list[str] = []
     tracks: list[cmd.Track] = []
