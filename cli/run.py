@@ -136,15 +136,13 @@ def command(args: argparse.Namespace, engine: Any = None) -> int:
         )  # fmt: skip
     w0, h0 = report.input_size
     w1, h1 = report.output_size
-    tracks = report.audio_tracks
-    audio = f"{tracks} audio tracks kept" if tracks > 1 else "audio kept" if report.audio else "no audio"
     faces = ""
     if report.frames_without_face is not None:
         faces = f", {report.faces_processed} faces processed, {report.frames_without_face} frames without a face"
     print(
         f"done: {report.frames} frame{'s' if report.frames != 1 else ''} {w0}×{h0} → {w1}×{h1} in "
         f"{report.seconds:.1f} s ({report.fps:.2f} fps), {', '.join(job.processors)} on {report.providers()}"
-        f"{faces}, {audio} → {report.output} (+ {report.sidecar.name})"
+        f"{faces}, {report.audio_words()} → {report.output} (+ {report.sidecar.name})"
     )
     for note in report.notes:
         print(note)

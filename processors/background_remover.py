@@ -6,10 +6,12 @@ plane in [0, 1], 1 = foreground) is resized back to the frame: the matte. `stren
 alpha = 1 − strength·(1 − matte). Over a video the matte is held steady where it only wavers between frames
 (engine/faces/temporal.py's SteadyPlanes) and follows at once where something moves, so edges do not shimmer.
 
-- `background = "transparent"`: where the output can hold transparency (a PNG, WebP or TIFF image) the pixels
-  are kept as they are and the matte is the output's alpha (`alpha`, written by the pipeline). Where it cannot
-  (a video: H.264/HEVC and GIF hold none; a JPEG or BMP image) the frame is composited on `colour` instead, and
-  the run's summary says so. The studio's preview shows transparency as a checkerboard.
+- `background = "transparent"`: where the output can hold transparency (`engine.media.holds_alpha`: a PNG,
+  WebP or TIFF image; a video in .mov (ProRes 4444), .webm or .mkv (VP9 with alpha), or a GIF's transparent
+  colour) the pixels are kept as they are and the matte is the output's alpha plane (`alpha`, written by the
+  pipeline with each frame). Where it cannot (an .mp4, whose H.264/HEVC hold none; a JPEG or BMP image; an
+  encoder named that keeps no alpha) the frame is composited on `colour` instead, and the run's summary says so.
+  The studio's preview shows transparency as a checkerboard.
 - `background = "colour"`: composited on `colour` everywhere.
 Pixels the matte keeps whole (alpha 1) are returned exactly as they came. Strength 0 runs nothing and returns
 every frame as it was. Models: MODNet (default, Apache-2.0), BiRefNet general and portrait (MIT), ISNet (DIS,
@@ -30,14 +32,15 @@ from engine.core.options import Shown
 from engine.core.types import Frame, Mask
 from engine.faces.temporal import SteadyPlanes
 from engine.job.processor import BoundJob, FrameContext, FrameProcessor, ProcessorOptions
+from engine.media.commands import MUXERS
+from engine.media.picture import alpha_advice, holds_alpha
 from engine.models.runtime import LoadedModel, Runtime
 from engine.models.tensor import from_planes, to_tensor
 
-# Image outputs whose format holds an alpha channel (engine.media.images writes it for these).
-ALPHA_SUFFIXES = frozenset({".png", ".webp", ".tif", ".tiff"})
 # How far (0–1) a pixel's matte may waver between frames and still be held steady, and over how many seconds.
 STEADY_MATTE, STEADY_SECONDS = 0.15, 0.2
-# Output frames whose alpha is kept for the pipeline (it reads a frame's right after the batch).
+# Output frames before a call's first whose alpha is still kept (the pipeline reads a frame's right after its
+# batch, which a processor out of memory gets in parts).
 KEEP_ALPHAS = 64
 
 
@@ -48,8 +51,8 @@ class BackgroundRemoverOptions(ProcessorOptions):
     ] = Field(default="modnet", description="modnet: fast portrait matting; the others: finer edges, slower (download)")
     background: Literal["transparent", "colour"] = Field(
         default="transparent",
-        description="transparent: an alpha channel where the output holds one (PNG, WebP, TIFF), else composited on "
-        "the colour; colour: always on the colour",
+        description="transparent: an alpha channel where the output holds one (PNG, WebP, TIFF; .mov, .webm, .mkv, "
+        "GIF), else composited on the colour; colour: always on the colour",
     )
     colour: str = Field(
         default="#00b140",
@@ -99,15 +102,17 @@ class BackgroundRemover(FrameProcessor[BackgroundRemoverOptions]):
         return [options.model] if options.strength > 0 else []  # type: ignore[attr-defined]
 
     def bind_job(self, job: BoundJob) -> None:
-        """Transparency is written where the output is an image format that holds it; elsewhere the frames are
-        composited on the colour, and the run's notes say so."""
+        """Transparency is written where the output holds it (`media.holds_alpha`, as the pipeline asks); elsewhere
+        the frames are composited on the colour, and the run's notes say so."""
         if self.model is None or self.options.background != "transparent":
             return
-        self.writes_alpha = job.output.suffix.lower() in ALPHA_SUFFIXES
+        self.writes_alpha = holds_alpha(job.output, job.video.encoder)
         if not self.writes_alpha:
+            named = job.video.encoder if job.output.suffix.lower() in MUXERS and job.video.encoder != "auto" else ""
+            what = named or job.output.suffix or "this output"
             self.notes = (
-                f"background_remover: {job.output.suffix or 'this output'} holds no transparency, so the background "
-                f"was composited on {self.options.colour} (write a PNG, WebP or TIFF image for an alpha channel)",
+                f"background_remover: {what} holds no transparency, so the background was composited on "
+                f"{self.options.colour} ({alpha_advice(job.output, job.video.encoder)} for an alpha channel)",
             )
 
     def describe(self) -> dict[str, Any]:
@@ -122,12 +127,14 @@ class BackgroundRemover(FrameProcessor[BackgroundRemoverOptions]):
         if self.model is None:
             return list(frames)
         out = []
+        if self.writes_alpha and ctxs:
+            # Kept until the pipeline has taken them, right after the batch: this call's and a few before.
+            first = ctxs[0].index
+            self._alphas = {i: a for i, a in self._alphas.items() if first - KEEP_ALPHAS <= i < first}
         for frame, ctx in zip(frames, ctxs, strict=True):
             alpha = 1.0 - (self.options.strength / 100.0) * (1.0 - self.matte(frame, ctx))
             alpha = alpha.astype(np.float32)
             if self.writes_alpha:
-                # Kept until the pipeline has written the frame: a few batches' worth at most.
-                self._alphas = {i: a for i, a in self._alphas.items() if ctx.index - KEEP_ALPHAS < i < ctx.index}
                 self._alphas[ctx.index] = alpha
                 out.append(frame)
             else:

@@ -8,6 +8,8 @@ server, sha256-checked."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import cv2
@@ -16,7 +18,9 @@ import pytest
 import tiny_graphs
 import toolbox_kit as kit
 from conftest import Server
+from mediakit import ffmpeg, sine
 from PIL import Image
+from test_face_swapper_models import write_clip
 
 from engine import media
 from engine.job.processor import FrameContext
@@ -187,6 +191,103 @@ def test_a_video_keeps_its_frames_times_and_audio(env: Path, capsys: pytest.Capt
     assert code == 0, err
     assert ".mp4 holds no transparency, so the background was composited on #00b140" in stdout
     kit.check_timing(target, out)
+
+
+def walking_person(folder: Path) -> Path:
+    """`person()` walking 12 px a frame, kit.FRAMES frames at kit.FPS, H.264 with a half-second tone."""
+    tone = folder / "tone.wav"
+    ffmpeg(*sine("0.5"), str(tone))
+    frames = [np.roll(person(), 12 * i, axis=1) for i in range(kit.FRAMES)]
+    return write_clip(folder / "walking.mp4", frames, kit.FPS, audio=tone)
+
+
+def ffprobe_video(path: Path) -> dict:
+    """ffprobe's description of the first video stream of `path` (codec, pix_fmt, tags)."""
+    args = [media.find_ffprobe(), "-v", "error", "-print_format", "json", "-show_streams", "-select_streams", "v:0"]
+    done = subprocess.run([*args, str(path)], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)["streams"][0]
+
+
+def alpha_planes(path: Path, decoder: str | None = None) -> np.ndarray:
+    """Every frame's alpha plane as ffmpeg reads it back (`decoder`: libvpx-vp9, which decodes VP9's alpha):
+    N×H×W uint8."""
+    width, height = 320, 240
+    done = subprocess.run([media.find_ffmpeg(), "-nostdin", "-v", "error", *(["-c:v", decoder] if decoder else []),
+                           "-i", str(path), "-map", "0:v:0", "-vf", "format=rgba,alphaextract", "-f", "rawvideo",
+                           "-pix_fmt", "gray", "-"], capture_output=True, check=True)  # fmt: skip
+    return np.frombuffer(done.stdout, np.uint8).reshape(-1, height, width)
+
+
+def mattes(target: Path) -> np.ndarray:
+    """The matte of each frame of `target` as the run decodes it, as an alpha plane: N×H×W uint8 (255 = person)."""
+    processor = remover(steady=False)
+    with media.FrameReader(target) as reader:
+        return np.stack([np.rint(processor.matte(f, FrameContext(index=i)) * 255).astype(np.uint8)
+                         for i, f in enumerate(reader)])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("suffix", "codec", "decoder", "tolerance"),
+    [(".mov", "prores", None, 1), (".webm", "vp9", "libvpx-vp9", 1), (".mkv", "vp9", "libvpx-vp9", 1)],
+)
+def test_a_video_gets_the_matte_as_its_alpha_plane_where_the_container_holds_it(
+    suffix: str, codec: str, decoder: str | None, tolerance: int, env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target, out = walking_person(env), env / f"cut{suffix}"
+    code, stdout, err = kit.run(capsys, "--target", str(target), "--output", str(out), "--processors",
+                                "background_remover", "--set", "background_remover.steady=false",
+                                "--set", "video.crf=0")  # fmt: skip
+    assert code == 0, err
+    assert "composited" not in stdout
+    assert f"alpha: written ({'ProRes 4444' if codec == 'prores' else 'VP9 with alpha'})" in stdout
+    described = ffprobe_video(out)
+    assert described["codec_name"] == codec
+    if codec == "prores":
+        assert described["pix_fmt"].startswith("yuva444p")  # ProRes 4444 with its alpha plane
+    else:
+        assert {k.lower(): v for k, v in described["tags"].items()}["alpha_mode"] == "1"  # VP9's alpha, as WebM says
+    planes, expected = alpha_planes(out, decoder), mattes(target)
+    assert planes.shape == expected.shape == (kit.FRAMES, 240, 320)
+    assert (expected == 0).mean() > 0.3 and (expected == 255).mean() > 0.25  # a ground and a person to tell apart
+    assert np.abs(planes.astype(int) - expected).max() <= tolerance
+    # The person's pixels are the target's as they are (the ground is not painted over), at the target's times.
+    person_kept = kit.frames(out)[1][expected[1] == 255] - kit.frames(target)[1][expected[1] == 255]
+    assert np.abs(person_kept).mean() < 2
+    kit.check_timing(target, out)
+
+
+def test_a_gif_gets_the_matte_as_its_transparent_colour(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target, out = walking_person(env), env / "cut.gif"
+    code, stdout, err = kit.run(capsys, "--target", str(target), "--output", str(out), "--processors",
+                                "background_remover", "--set", "background_remover.steady=false")  # fmt: skip
+    assert code == 0, err
+    assert "alpha: written as the GIF's transparent colour" in stdout and "composited" not in stdout
+    planes, expected = alpha_planes(out), mattes(target)
+    assert planes.shape == expected.shape
+    assert ((planes == 0) == (expected < 128)).mean() > 0.999  # GIF: transparent or not, at half the matte
+
+
+def test_an_mp4_or_an_encoder_without_alpha_gets_the_composite_and_says_so(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = walking_person(env)
+    expected = mattes(target)
+    for out, more, said in [
+        (env / "cut.mp4", [], ".mp4 holds no transparency, so the background was composited on #ff0000 (write .mov "
+         "(ProRes 4444), .webm or .mkv (VP9 with alpha) or .gif for an alpha channel)"),
+        (env / "cut.mov", ["--set", "video.encoder=libx264"], "libx264 holds no transparency, so the background was "
+         "composited on #ff0000 (set video.encoder=auto, which writes ProRes 4444 in .mov for an alpha channel)"),
+    ]:  # fmt: skip
+        code, stdout, err = kit.run(capsys, "--target", str(target), "--output", str(out), "--processors",
+                                    "background_remover", "--set", "background_remover.steady=false", "--set",
+                                    "background_remover.colour=#ff0000", "--set", "video.crf=0", *more)  # fmt: skip
+        assert code == 0, err
+        assert stdout.count(said) == 1 and "alpha: written" not in stdout
+        assert ffprobe_video(out)["pix_fmt"] == "yuv420p"
+        frames = kit.frames(out)
+        ground = frames[2][expected[2] == 0]
+        assert np.abs(ground - (255, 0, 0)).mean() < 4  # the ground is the colour
+        kit.check_timing(target, out)
 
 
 def test_a_graph_with_other_io_is_refused_at_load(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import pytest
 
@@ -309,6 +310,34 @@ def test_live_detection_runs_on_a_smaller_frame_and_lands_where_a_full_one_does(
     assert seen == [(240, 320, 3)]
     assert np.abs(face.landmarks68 - full.landmarks68).mean() < 1.5  # px on the 640×480 frame
     assert abs((face.box[2] - face.box[0]) - (full.box[2] - full.box[0])) < 0.1 * (full.box[2] - full.box[0])
+
+
+def small_face_frames() -> list[np.ndarray]:
+    """A 640×480 grey frame, then three with the astronaut shrunk to a face about 25 px wide: below what a camera
+    detection finds (an eighth of the width), above faces.min_face=20."""
+    small = cv2.resize(demo.photo(), None, fx=0.25, fy=0.25, interpolation=cv2.INTER_AREA)
+    frame = np.full((480, 640, 3), 120, np.uint8)
+    frame[200 : 200 + small.shape[0], 300 : 300 + small.shape[1]] = small
+    return [np.full((480, 640, 3), 120, np.uint8), frame, frame.copy(), frame.copy()]
+
+
+@pytest.mark.parametrize("min_face", [None, 20.0])
+def test_live_detection_honours_faces_min_face_as_a_run_does(min_face: float | None) -> None:
+    raw = {**SWAP, "faces": {"min_face": min_face}}
+    renderer = Service(REGISTRY).live_renderer(raw, [demo.source_photo()], fps=30.0)
+    track_live(renderer, 30.0)
+    detector = renderer.faces.stage.tracker.analyser
+    frames = small_face_frames()
+    # Frame 0 has no face: the detection waited for finds none, so frame 1 starts one in the background; its
+    # faces join on frame 2.
+    first = [renderer.render(frames[i], i, track=True) for i in (0, 1)]
+    detector.wait()
+    later = [renderer.render(frames[i], i, track=True) for i in (2, 3)]
+    assert [len(r.chosen) for r in first] == [0, 0]
+    run = EmbeddedAnalyser("hog", min_face=min_face).detect(frames[2])  # what a run finds on the frame
+    assert [len(r.chosen) for r in later] == [len(run)] * 2 == [0 if min_face is None else 1] * 2
+    if run:
+        assert np.abs(np.subtract(later[0].chosen[0].box, run[0].box)).max() < 3  # px
 
 
 def test_a_live_renderer_is_retimed_to_the_rate_it_processes_at(card: list[np.ndarray]) -> None:

@@ -542,6 +542,29 @@ def test_run_state_says_stage_frames_fps_and_eta() -> None:
         state.advance()
 
 
+def test_the_summary_says_the_audio_as_the_run_report_does() -> None:
+    from dataclasses import replace
+
+    from test_media_exact import OURS, _tracks
+
+    from engine.media.info import AudioTrack
+    from engine.run.report import RunReport
+    from webui.summary import summary
+
+    dub = _tracks(AudioTrack(0, "aac", 2, "stereo", 48000, {"language": "eng"}),
+                  AudioTrack(1, "pcm_s16le", 2, "stereo", 48000, {"language": "fra"}))  # fmt: skip
+    plan = video.plan_streams(dub, "mp4", OURS)
+    report = RunReport(Path("o.mp4"), Path("o.mp4.job.json"), "video", 6, (64, 48), (64, 48), 2.0, audio=True,
+                       audio_tracks=plan.audio, notes=plan.notes)  # fmt: skip
+    assert summary(report).split("\n\n") == [
+        "**6 frames** 64×48 → 64×48 in 2.0 s (3.00 fps) on none; 2 audio tracks kept.",
+        "Note: audio: track 2 re-encoded from pcm_s16le to aac (MP4 cannot hold pcm_s16le)",
+        "Note: audio: 2 tracks kept (eng, fra)",
+    ]
+    assert summary(replace(report, audio_tracks=1, notes=())).endswith("; audio kept.")
+    assert summary(replace(report, audio=False, audio_tracks=0, notes=())).endswith("; no audio.")
+
+
 def test_cancel_stops_the_job_and_leaves_no_output(tmp_path: Path, media: dict[str, Path]) -> None:
     studio = Studio(work_dir=tmp_path / "work")
     session = _session(studio, uploads=media.values())

@@ -8,13 +8,14 @@ from engine.run.pipeline import RunReport
 
 
 def summary(report: RunReport) -> str:
-    """The run summary and identity-QA lines, as Markdown."""
+    """The run summary and identity-QA lines, as Markdown: what the report says, as the CLI prints it (the audio
+    kept, `RunReport.audio_words`; every note, how tracks were kept or converted among them)."""
     w0, h0 = report.input_size
     w1, h1 = report.output_size
     lines = [
         f"**{report.frames} frame{'s' if report.frames != 1 else ''}** {w0}×{h0} → {w1}×{h1} in "
         f"{report.seconds:.1f} s ({report.fps:.2f} fps) on {report.providers()}; "
-        f"{'audio kept' if report.audio else 'no audio'}."
+        f"{report.audio_words()}."
     ]
     if report.frames_without_face is not None:
         faces, empty = report.faces_processed, report.frames_without_face
@@ -45,6 +46,7 @@ def report_json(report: RunReport) -> dict[str, Any]:
         "output_size": list(report.output_size),
         "seconds": round(report.seconds, 3),
         "audio": report.audio,
+        "audio_tracks": report.audio_tracks,
         "faces_processed": report.faces_processed,
         "frames_without_face": report.frames_without_face,
         "identity": report.identity,

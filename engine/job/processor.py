@@ -75,14 +75,17 @@ class FrameContext:
 
 class BoundJob(Protocol):
     """What a processor may read of its job (`engine.job.settings.Job` is one; a protocol so this module, which the job
-    module builds on, does not import it back): the target and the source images as given, the chain's processor
-    ids and options, and the faces settings (`engine.job.settings.FacesSettings`)."""
+    module builds on, does not import it back): the target, the output and the source images as given, the chain's
+    processor ids and options, and the faces and output settings (`engine.job.settings.FacesSettings`,
+    `VideoSettings`)."""
 
     target: Path
+    output: Path
     sources: tuple[Path, ...]
     processors: tuple[str, ...]
     options: Mapping[str, ProcessorOptions]
     faces: Any
+    video: Any
 
 
 class FrameProcessor(ABC, Generic[OptionsT]):

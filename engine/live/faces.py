@@ -7,7 +7,9 @@ that frame's result comes out that much later: the spikes set the latency's 95th
 webcam faces are large, so a live tracker's detections run on the frame scaled to `DETECT_SIDE` px on its long
 side — finding faces at least 80 px wide in a 640×480 frame (an eighth of its width) — and each face found is
 re-fitted on the full frame (≈ 15 ms), which puts its landmarks where a full-size detection would (0.5 px apart
-on the demo clip, against 0.8 px for the halved detection alone).
+on the demo clip, against 0.8 px for the halved detection alone). Where the job sets `faces.min_face` (the
+smallest face to find, frame pixels), live detection honours it as a run does: on the full frame, with analysers
+of that smallest face, at a run's cost.
 
 With the embedded (dlib) analyser no frame waits for a detection at all (`BackgroundDetector`): the render thread
 re-fits the tracked faces on every frame while a detection runs on a thread of its own on a recent frame (dlib
@@ -46,10 +48,11 @@ LOST_REACH = 1.5
 
 
 class CameraDetector:
-    """`analyser` with `detect` on the frame scaled to `side` px on its long side (frames no larger are detected
-    as they are), each face found re-fitted on the full frame; every other call is the analyser's own."""
+    """`analyser` with `detect` on the frame scaled to `side` px on its long side (frames no larger, or every frame
+    with `side` None, are detected as they are), each face found re-fitted on the full frame; every other call is
+    the analyser's own."""
 
-    def __init__(self, analyser: FaceAnalyser, side: int = DETECT_SIDE) -> None:
+    def __init__(self, analyser: FaceAnalyser, side: int | None = DETECT_SIDE) -> None:
         self._inner = analyser
         self.side = side
 
@@ -81,15 +84,21 @@ class BackgroundDetector:
     The tracker calls `detect` on every frame (made with `redetect_every=1`); this decides when a detection runs:
     on a thread of its own, with `detector` (an analyser of its own: the tracker's re-fits on the render thread
     go on meanwhile through `analyser`, whose lock the detection does not hold), on the frame scaled to `side` px
-    on its long side, every `every` frames — and on the next frame whenever the last one found no face, found
-    faces crowding each other (the tracker re-fits no crowded face: only detections follow them), or a re-fit
-    failed since (a face may be leaving). `detect` returns the faces of a detection that finished since the last
-    call, each re-fitted on this frame (one that no longer fits is left out: it moved away or left), or none;
-    the very first call detects on its frame and waits, so a stream starts with its faces. A detection's error is
-    raised by the next `detect`. Every other call is `analyser`'s own. One detection at most is in flight."""
+    on its long side (None: the frame as it is), every `every` frames — and on the next frame whenever the last
+    one found no face, found faces crowding each other (the tracker re-fits no crowded face: only detections follow
+    them), or a re-fit failed since (a face may be leaving). `detect` returns the faces of a detection that finished
+    since the last call, each re-fitted on this frame (one that no longer fits is left out: it moved away or left),
+    or none; the very first call detects on its frame and waits, so a stream starts with its faces. A detection's
+    error is raised by the next `detect`. Every other call is `analyser`'s own. One detection at most is in flight."""
 
     def __init__(
-        self, analyser: FaceAnalyser, detector: FaceAnalyser, *, every: int, side: int = DETECT_SIDE, nice: int = 0
+        self,
+        analyser: FaceAnalyser,
+        detector: FaceAnalyser,
+        *,
+        every: int,
+        side: int | None = DETECT_SIDE,
+        nice: int = 0,
     ) -> None:
         self._inner = analyser
         self.nice = nice
@@ -196,8 +205,11 @@ def _apart(a: Face, b: Face) -> float:
     )
 
 
-def _camera_sized(frame: Frame, side: int) -> tuple[Frame, float]:
-    """`frame` scaled to `side` px on its long side (a frame no larger as it is), and the factor it was scaled by."""
+def _camera_sized(frame: Frame, side: int | None) -> tuple[Frame, float]:
+    """`frame` scaled to `side` px on its long side (a frame no larger, or any with `side` None, as it is), and the
+    factor it was scaled by."""
+    if side is None:
+        return frame, 1.0
     scale = side / max(frame.shape[:2])
     if scale >= 1:
         return frame, 1.0
@@ -207,7 +219,8 @@ def _camera_sized(frame: Frame, side: int) -> tuple[Frame, float]:
 def track_live(renderer: FrameRenderer, fps: float) -> None:
     """Give a live renderer a new tracker for `fps` processed frames per second (smoothing and gaps are in
     seconds), detecting as a camera needs: for the embedded analyser a `BackgroundDetector` (with a detection
-    analyser of its own, loaded once per runtime), else the analyser itself every `faces.redetect_every` frames.
+    analyser of its own, loaded once per runtime; on frames scaled to `DETECT_SIDE`, or with `faces.min_face` set,
+    on the full frame for faces of that size), else the analyser itself every `faces.redetect_every` frames.
     The tracker follows identities as the job's would (appearance, embedding new faces). Faces are detected
     afresh on the next frame. Call it between renders, from the thread that renders, holding the model lock
     (it may load models)."""
@@ -226,9 +239,12 @@ def track_live(renderer: FrameRenderer, fps: float) -> None:
     # The detections' own analyser (its own dlib objects: they are not documented as safe for concurrent calls),
     # shared by the live streams of this runtime one detection at a time.
     own = renderer.runtime.warm(
-        ("live_face_detector", settings.detector), lambda: SerialAnalyser(EmbeddedAnalyser(settings.detector))
+        ("live_face_detector", settings.detector, settings.min_face),
+        lambda: SerialAnalyser(EmbeddedAnalyser(settings.detector, min_face=settings.min_face)),
     )
-    detector = BackgroundDetector(stage.analyser, own, every=settings.redetect_every, nice=DETECT_NICE)
+    # The stage's analyser finds faces of faces.min_face px when it is set: on the frame as it is, as a run does.
+    side = DETECT_SIDE if settings.min_face is None else None
+    detector = BackgroundDetector(stage.analyser, own, every=settings.redetect_every, side=side, nice=DETECT_NICE)
     stage.tracker = FaceTracker(detector, redetect_every=1, fps=fps, **identity)
 
 

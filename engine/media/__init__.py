@@ -10,7 +10,8 @@ One module per concern, each with its own tests; this package's namespace is the
   goes with them (`audio_for`). Pure.
 - `decode`: `FrameReader`, frames from an ffmpeg pipe. `encode`: `FrameWriter`, frames to an ffmpeg pipe,
   each at its own time; `choose_encoder` resolves `video.encoder=auto`. `join`: segments into one file with the audio.
-- `picture`: what an output keeps of the target's pictures (colour, depth, aspect, alpha; `plan_picture`), and
+- `picture`: what an output keeps of the target's pictures (colour, depth, aspect, alpha; `plan_picture`) and
+  whether it can hold the transparency a processor makes (`holds_alpha`), and
   `tracks`: of the rest (audio tracks, subtitles, chapters, tags; `plan_streams`), both decided before any work.
 - `images`: `read_image` / `write_image`, the only places image pixels are decoded and encoded.
 
@@ -33,6 +34,7 @@ from engine.media.images import (
 )
 from engine.media.info import MediaInfo
 from engine.media.join import join_segments
+from engine.media.picture import alpha_advice, holds_alpha
 from engine.media.picture import plan as plan_picture
 from engine.media.probe import probe, read_video_metadata
 from engine.media.timing import FrameTimes, Span, audio_for, output_rate, select, source_for
@@ -60,6 +62,7 @@ __all__ = [
     "Span",
     "StreamsPlan",
     "Track",
+    "alpha_advice",
     "audio_for",
     "available_encoders",
     "check_encoder",
@@ -70,6 +73,7 @@ __all__ = [
     "ffmpeg_version",
     "find_ffmpeg",
     "find_ffprobe",
+    "holds_alpha",
     "hwaccel_works",
     "image_frame_count",
     "kept_metadata",

@@ -89,7 +89,8 @@ class FrameWriter:
         last: how long the last frame is shown, seconds (None: the gap before it); a one-frame video and a GIF's
             last delay keep their duration.
         alpha: with a picture that keeps alpha, the frames' alpha planes (H×W uint8, 255 = opaque), one per frame
-            written, in order (a `FrameReader(…, alpha=True)`), resized to the frames when they differ.
+            written, in order (a `FrameReader(…, alpha=True)`), resized to the frames when they differ; None: each
+            `write` is given its frame's plane.
         """
         self.output = Path(output)
         self.width, self.height = width, height
@@ -107,8 +108,6 @@ class FrameWriter:
             chosen, _ = choose_encoder(encoder, width + width % 2, height + height % 2, self._ffmpeg)
             rgb = chosen in (cmd.INTERMEDIATE_ENCODER, cmd.GIF_ALPHA_ENCODER)
             picture = cmd.OutputPicture(chosen, "rgb24", None, "pc") if rgb else cmd.OutputPicture(chosen)
-        if picture.alpha and alpha is None:
-            raise ValueError("a picture that keeps alpha needs the frames' alpha planes")
         self.picture = picture
         self.encoder = encoder = picture.encoder
         if encoder not in (cmd.INTERMEDIATE_ENCODER, cmd.GIF_ALPHA_ENCODER):
@@ -116,7 +115,9 @@ class FrameWriter:
         check_size(encoder, width, height)
         # Here, not at the first frame: ffmpeg would only fail once it had been sent one.
         check_encoder(encoder, self._ffmpeg)
-        self._alpha: Iterator[npt.NDArray[np.uint8]] | None = iter(alpha) if picture.alpha and alpha else None
+        self._alpha: Iterator[npt.NDArray[np.uint8]] | None = None
+        if picture.alpha and alpha is not None:
+            self._alpha = iter(alpha)
         if audio is not None and audio.codec is None:
             found = headers.read_header(audio.path, self._ffmpeg).audio()
             audio = replace(audio, codec=found.codec if found is not None else None)
@@ -149,16 +150,18 @@ class FrameWriter:
         else:
             self.abort()
 
-    def write(self, frame: Frame) -> None:
-        """Encode one frame: height × width × 3 uint8 RGB, the size given to the constructor."""
+    def write(self, frame: Frame, alpha: npt.NDArray[np.uint8] | None = None) -> None:
+        """Encode one frame: height × width × 3 uint8 RGB, the size given to the constructor. alpha: its alpha
+        plane (H'×W' uint8, 255 = opaque, resized to the frame when it differs) where the picture keeps alpha and
+        the constructor was given no planes to take it from."""
         if self._state != "open":
             raise RuntimeError(f"the writer of {self.output} is already {self._state}")
         check_frame(frame)
         if frame.shape[:2] != (self.height, self.width):
             got = f"{frame.shape[1]}×{frame.shape[0]}"
             raise ValueError(f"frame is {got}, this writer takes {self.width}×{self.height}")
-        if self._alpha is not None:
-            frame = np.dstack([frame, self._next_alpha()])
+        if self.picture.alpha:
+            frame = np.dstack([frame, self._fitted(alpha if alpha is not None else self._next_alpha())])
         if any(self._pad):
             frame = np.pad(frame, ((0, self._pad[0]), (0, self._pad[1]), (0, 0)), mode="edge")
         if self._process is None:
@@ -176,11 +179,16 @@ class FrameWriter:
         self.frames_written += 1
 
     def _next_alpha(self) -> npt.NDArray[np.uint8]:
-        """The next frame's alpha plane, at the frames' size (resized bilinearly when the chain scaled them)."""
-        assert self._alpha is not None
+        """The next frame's alpha plane from the planes given to the constructor."""
+        if self._alpha is None:
+            raise ValueError("a picture that keeps alpha needs the frames' alpha planes")
         plane = next(self._alpha, None)
         if plane is None:
             raise MediaError(f"the alpha planes of {self.output} ended before its frames")
+        return plane
+
+    def _fitted(self, plane: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+        """An alpha plane at the frames' size (resized bilinearly when the chain scaled them)."""
         if plane.shape != (self.height, self.width):
             resized = Image.fromarray(plane).resize((self.width, self.height), Image.Resampling.BILINEAR)
             plane = np.asarray(resized, dtype=np.uint8)
@@ -326,7 +334,8 @@ def check_times(written: MediaInfo, times: FrameTimes, frames: int, output: Path
             )
     if last is not None:
         end = times.seconds(frames - 1) - times.seconds(0) + last
-        if abs(Fraction(written.duration) - end) > max(tick, Fraction(1, 100)):
+        # ffprobe gives the duration in microseconds; its float read exactly would put 0.51 a hair past 0.51.
+        if abs(Fraction(written.duration).limit_denominator(1_000_000) - end) > max(tick, Fraction(1, 100)):
             raise MediaError(f"{output} ends at {written.duration:.6f} s, not at {float(end):.6f} s")
 
 

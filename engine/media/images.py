@@ -40,7 +40,8 @@ MAX_SIDE: Mapping[str, int] = {"JPEG": 65500, "WEBP": 16383, "PNG": 2**31 - 1, "
 # BMP keeps its file size in 32 bits.
 _BMP_MAX_BYTES = 2**32 - 1
 _TIFF_CLASSIC_BYTES = 2**32 - 2**20  # classic TIFF's 32-bit offsets, less room for its tags
-_ALPHA_FORMATS = frozenset({"PNG", "WEBP", "TIFF"})
+# The image formats that hold an alpha channel.
+ALPHA_FORMATS = frozenset({"PNG", "WEBP", "TIFF"})
 _EXIF_METADATA_FORMATS = frozenset({"JPEG", "WEBP", "TIFF"})
 
 _EXIF_ORIENTATION = 0x0112
@@ -278,7 +279,7 @@ def write_image(
         raise InvalidInput(f"cannot write image {path}: the extension must be one of {', '.join(IMAGE_FORMATS)}")
     check_frame(frame)
     height, width = frame.shape[:2]
-    keeps_alpha = alpha is not None and image_format in _ALPHA_FORMATS
+    keeps_alpha = alpha is not None and image_format in ALPHA_FORMATS
     limit = size_limit(image_format, width, height, keeps_alpha)
     if limit is not None:
         raise InvalidInput(f"cannot write {path}: {limit}, this one is {width}×{height}")

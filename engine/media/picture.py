@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from fractions import Fraction
+from pathlib import Path
 
 from engine.core.errors import InvalidInput
 from engine.media import commands as cmd
 from engine.media.commands import OutputPicture
+from engine.media.images import ALPHA_FORMATS, IMAGE_FORMATS
 from engine.media.info import MediaInfo, Picture
 
 # The YCbCr matrices swscale converts exactly, by their ffprobe name, as the `scale` filter's color_matrix names.
@@ -46,12 +48,38 @@ HDR_TRANSFERS: Mapping[str, str] = {"smpte2084": "HDR10 (PQ)", "arib-std-b67": "
 # The encoder that keeps transparency in each container (ffmpeg muxer), and the pixel format it is given.
 ALPHA_ENCODERS: Mapping[str, str] = {"mov": "prores_ks", "matroska": "libvpx-vp9", "webm": "libvpx-vp9"}
 _ALPHA_FORMAT: Mapping[str, str] = {"prores_ks": "yuva444p10le", "libvpx-vp9": "yuva420p"}
+_ALPHA_NAMES: Mapping[str, str] = {"prores_ks": "ProRes 4444", "libvpx-vp9": "VP9 with alpha"}
 # What each encoder is given for 8 and for 10 bits (NVENC: p010le; H.264 NVENC has no 10-bit mode before Blackwell).
 _FORMATS: Mapping[str, tuple[str, str | None]] = {
     "libx264": ("yuv420p", "yuv420p10le"), "libx265": ("yuv420p", "yuv420p10le"),
     "h264_nvenc": ("yuv420p", None), "hevc_nvenc": ("yuv420p", "p010le"), "av1_nvenc": ("yuv420p", "p010le"),
     "libvpx-vp9": ("yuv420p", "yuv420p10le"), "prores_ks": ("yuv422p10le", "yuv422p10le"),
 }  # fmt: skip
+
+
+def holds_alpha(output: Path, encoder: str = "auto") -> bool:
+    """Whether an output at `output` can hold transparency: a PNG, WebP or TIFF image; a GIF (its transparent
+    colour); a MOV, WebM or Matroska video whose `video.encoder` (`encoder`) is `auto` or the encoder that keeps
+    alpha there (ProRes 4444, VP9). What a processor that makes frames transparent asks before it decides to hand
+    the pipeline an alpha plane or composite instead."""
+    suffix = output.suffix.lower()
+    if suffix in IMAGE_FORMATS:
+        return IMAGE_FORMATS[suffix] in ALPHA_FORMATS
+    if suffix == cmd.GIF_SUFFIX:
+        return True
+    wanted = ALPHA_ENCODERS.get(cmd.MUXERS.get(suffix, ""))
+    return wanted is not None and encoder in ("auto", wanted)
+
+
+def alpha_advice(output: Path, encoder: str = "auto") -> str:
+    """What to write instead of `output` (by `encoder`) to have transparency, for a note where it has none."""
+    suffix = output.suffix.lower()
+    if suffix in IMAGE_FORMATS:
+        return "write a PNG, WebP or TIFF image"
+    wanted = ALPHA_ENCODERS.get(cmd.MUXERS.get(suffix, ""))
+    if wanted is not None and encoder != wanted:
+        return f"set video.encoder=auto, which writes {_ALPHA_NAMES[wanted]} in {suffix}"
+    return "write .mov (ProRes 4444), .webm or .mkv (VP9 with alpha) or .gif"
 
 
 def decoding(picture: Picture, width: int, height: int) -> tuple[str | None, str | None]:
@@ -115,17 +143,23 @@ def plan(
     *,
     alpha: str = "keep",
     formats: Collection[str] | None = None,
+    made_alpha: bool = False,
 ) -> OutputPicture:
     """How the frames of the video `info` describes are encoded into a container of ffmpeg muxer `muxer` ("mp4",
     "mov", "matroska", "webm", or "gif" for an animated GIF's lossless segments) by `encoder` (the job's, `auto`
     already resolved by `choose_encoder`, which picks the alpha and 10-bit encoders this plan expects).
 
-    alpha: "keep" (an encoder that holds the alpha, or InvalidInput naming the containers that can) or "drop"
-    (flattened onto black, said in the notes). formats: the pixel formats `encoder` takes in this ffmpeg (None:
-    the known table). Raises InvalidInput for what cannot be written as it is (see `check_colour`, too).
+    alpha: the target's own transparency: "keep" (an encoder that holds the alpha, or InvalidInput naming the
+    containers that can) or "drop" (flattened onto black, said in the notes). made_alpha: the chain makes the
+    frames transparent (a background remover, `FrameProcessor.makes_alpha`): written as the output's alpha where
+    this encoder and container hold it (`holds_alpha`), else left to the processor, which composites (and says
+    so). formats: the pixel formats `encoder` takes in this ffmpeg (None: the known table). Raises InvalidInput
+    for what cannot be written as it is (see `check_colour`, too).
     """
     picture = info.picture
-    keep_alpha = picture.alpha and alpha == "keep"
+    target_alpha = picture.alpha and alpha == "keep"
+    made = made_alpha and (muxer == "gif" or ALPHA_ENCODERS.get(muxer) == encoder)
+    keep_alpha = target_alpha or made
     notes: list[str] = []
     if picture.alpha and alpha == "drop":
         notes.append("alpha: the target's transparency is dropped (video.alpha=drop); the frames are opaque")
@@ -138,13 +172,14 @@ def plan(
             notes.append(f"aspect: the GIF's pixels are square, so frames are widened to their display aspect "
                          f"{_display(info.width, info.height, picture.sar)}")  # fmt: skip
         if keep_alpha:
-            notes.append("alpha: kept as the GIF's transparent colour (pixels under half opacity)")
+            notes.append(f"alpha: {'kept' if target_alpha else 'written'} as the GIF's transparent colour (pixels "
+                         "under half opacity)")  # fmt: skip
             encoder, pix_fmt = cmd.GIF_ALPHA_ENCODER, "argb"
         else:
             encoder, pix_fmt = cmd.INTERMEDIATE_ENCODER, "rgb24"
         return OutputPicture(encoder, pix_fmt, None, "pc", sar=picture.sar, alpha=keep_alpha, notes=tuple(notes),
                              convert=convert)  # fmt: skip
-    if keep_alpha:
+    if target_alpha:
         wanted = ALPHA_ENCODERS.get(muxer)
         if wanted is None:
             raise InvalidInput(
@@ -157,7 +192,7 @@ def plan(
                 f"video.encoder=auto ({wanted} in this container), or set video.alpha=drop to flatten it"
             )
     if keep_alpha:
-        notes.append(f"alpha: kept ({'ProRes 4444' if encoder == 'prores_ks' else 'VP9 with alpha'})")
+        notes.append(f"alpha: {'kept' if target_alpha else 'written'} ({_ALPHA_NAMES[encoder]})")
     matrix, range_ = _output_colour(picture, info.width, info.height)
     colorspace, primaries, transfer = _tags(picture, info.width, info.height)
     eight, ten = _FORMATS.get(encoder, ("yuv420p", None))

@@ -60,9 +60,9 @@ def plan_streams(
     ours: the synthetic-media tags (always written, added to the user's: a `comment` of the user's is kept, ours
     after it). keep_audio: every audio track, each copied where the container holds its codec and the span is not
     cut (`cut`: trimmed, or sound before the first picture), else re-encoded (AAC; Opus in WebM), resampled to
-    48 kHz where the encoder takes no more. keep_metadata: the user's container and video-stream tags, chapters
-    and subtitles (False: ours alone, said in a note). Raises InvalidInput for audio the container's encoder cannot
-    hold (more channels than it takes), naming the containers that keep it as it is.
+    48 kHz where the encoder takes no more, with a note saying which and why. keep_metadata: the user's container
+    and video-stream tags, chapters and subtitles (False: ours alone, said in a note). Raises InvalidInput for audio
+    the container's encoder cannot hold (more channels than it takes), naming the containers that keep it as it is.
     """
     notes: list[str] = []
     tracks: list[cmd.Track] = []
@@ -121,8 +121,9 @@ def _audio(info: MediaInfo, muxer: str, cut: bool, notes: list[str]) -> list[cmd
             encoder == "libopus" and track.sample_rate not in _OPUS_RATES
         ):
             rate = 48000
-            notes.append(f"audio: track {track.number + 1} resampled from {track.sample_rate} Hz to 48000 Hz for "
-                         f"{encoder}")  # fmt: skip
+        why = "to cut it to the output's span" if cut else f"{_CONTAINER_NAMES[muxer]} cannot hold {track.codec}"
+        resampled = f", resampled from {track.sample_rate} Hz to 48000 Hz for {encoder}" if rate else ""
+        notes.append(f"audio: track {track.number + 1} re-encoded from {track.codec} to {encoder} ({why}){resampled}")
         tracks.append(cmd.Track("a", track.number, encoder, rate))
     if len(tracks) > 1:
         languages = [t.language or "und" for t in info.audio_tracks]

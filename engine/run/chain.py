@@ -16,6 +16,8 @@ from engine.core import metrics
 from engine.core.errors import OutOfMemory
 from engine.core.types import Face, Frame
 from engine.job.processor import FrameContext, FrameProcessor
+from engine.job.settings import Job
+from engine.media.picture import holds_alpha
 from engine.models.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,13 @@ def _process_halving(
         limit.size = len(frames) // 2
         log.warning("%s ran out of memory on %d frames; %d per call from now on", processor.id, len(frames), limit.size)
         return _process_halving(processor, frames, ctxs, limit)
+
+
+def makes_alpha(chain: Sequence[FrameProcessor], job: Job) -> bool:
+    """Whether a processor of `chain` makes `job`'s frames transparent and its output holds it (`media.holds_alpha`,
+    the question each such processor asks in `bind_job`): the output then gets an alpha plane (`chain_alpha`),
+    else the processor composites."""
+    return any(p.makes_alpha for p in chain) and holds_alpha(job.output, job.video.encoder)
 
 
 def chain_alpha(

@@ -19,6 +19,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from engine.core.errors import InvalidInput, InvalidJob, MediaError
 from engine.core.progress import NullProgress, Progress
 from engine.core.types import Frame
@@ -39,7 +42,7 @@ from engine.media import commands as cmd
 from engine.models.runtime import Runtime
 from engine.provenance import watermark
 from engine.run import jobdir, segments, workers
-from engine.run.chain import BatchLimit, QualityCheck, batch_size, process_checked
+from engine.run.chain import BatchLimit, QualityCheck, batch_size, chain_alpha, makes_alpha, process_checked
 from engine.run.face_stage import FaceStage
 from engine.run.segments import Segment
 
@@ -129,7 +132,8 @@ class VideoRender:
     processor needs faces), the frames per processor call and the batch limit, shared so that an out-of-memory
     halving lasts the whole run. `check` is identity QA (None: off); a run replaces the synchronous check with one
     that hands frames to its QA thread. `picture`: how segments are encoded (`media.plan_picture`, as validation
-    decided it; planned the same way here when not given, as on a cluster's worker)."""
+    decided it, the chain's transparency included; planned the same way here when not given, as on a cluster's
+    worker)."""
 
     job: Job
     chain: Sequence[FrameProcessor]
@@ -150,7 +154,14 @@ class VideoRender:
             gif = self.job.output.suffix.lower() == cmd.GIF_SUFFIX
             muxer = "gif" if gif else cmd.muxer_for(self.job.output)
             self.picture = plan_picture(self.info, self.job.video.encoder, muxer, alpha=self.job.video.alpha,
-                                        formats=encoder_pixel_formats(self.job.video.encoder))  # fmt: skip
+                                        formats=encoder_pixel_formats(self.job.video.encoder),
+                                        made_alpha=makes_alpha(self.chain, self.job))  # fmt: skip
+
+    @property
+    def target_alpha(self) -> bool:
+        """Whether the output keeps the target's own alpha planes (read beside its frames)."""
+        assert self.picture is not None
+        return self.picture.alpha and self.info.picture.alpha and self.job.video.alpha == "keep"
 
     @property
     def encoder(self) -> str:
@@ -200,7 +211,9 @@ def render_segment(
     frame of the span: `segment.frames` of them (the last segment of a plan takes every frame the decoder still
     gives, since an open-ended plan's count is an estimate). Processing overlaps encoding through a bounded queue;
     on any error the encoder is stopped and nothing is left at `path`. last: the plan's last segment (its last
-    frame lasts the span's last duration). A picture that keeps alpha reads the segment's alpha planes alongside.
+    frame lasts the span's last duration). A picture that keeps alpha gives each frame its alpha plane: the
+    target's own (read alongside by a second decoder) times what the chain made transparent (`chain_alpha`),
+    taken right after the frame's batch.
     """
     progress = progress or NullProgress()
     video = render.job.video
@@ -211,8 +224,8 @@ def render_segment(
     mark = watermark.marker(video.watermark)
     picture = render.picture
     assert picture is not None
-    # The alpha planes of the same frames come from a second decoder (only for a target with transparency).
-    planes = render.reader(segment.start, alpha=True) if picture.alpha else contextlib.nullcontext(None)
+    # The target's alpha planes come from a second decoder (only for a target whose transparency is kept).
+    planes = render.reader(segment.start, alpha=True) if render.target_alpha else contextlib.nullcontext(None)
     with (
         planes as alpha,
         FrameWriter(
@@ -223,18 +236,20 @@ def render_segment(
             preset=video.preset,
             picture=picture,
             last=render.last(segment, last),
-            alpha=alpha,
         ) as writer,
     ):
-        encode = workers.Worker("encode", lambda: workers.consume(encoded, writer.write, stop))
+        encode = workers.Worker("encode", lambda: workers.consume(encoded, lambda item: writer.write(*item), stop))
+        targets = iter(alpha) if alpha is not None else None
         try:
             for chunk in workers.chunks(frames, render.batch):
                 batch_frames = [frame for frame, _ in chunk]
                 ctxs = [ctx for _, ctx in chunk]
                 if render.faces is not None:
                     render.faces.count(ctxs)
-                for out in process_checked(render.chain, render.check, batch_frames, ctxs, render.limit):
-                    workers.put(encoded, mark(out), stop, encode)
+                done = process_checked(render.chain, render.check, batch_frames, ctxs, render.limit)
+                for out, ctx in zip(done, ctxs, strict=True):
+                    plane = _alpha_plane(render, ctx.index, targets) if picture.alpha else None
+                    workers.put(encoded, (mark(out), plane), stop, encode)
                 progress.advance(len(chunk))
             workers.put(encoded, workers.END, stop, encode)
             encode.join()
@@ -245,6 +260,20 @@ def render_segment(
             stop.set()
             encode.thread.join(timeout=5)
     return writer.frames_written
+
+
+def _alpha_plane(
+    render: VideoRender, index: int, targets: Iterator[npt.NDArray[np.uint8]] | None
+) -> npt.NDArray[np.uint8]:
+    """Output frame `index`'s alpha plane (H×W uint8, 255 = opaque): the target's next one (`targets`, None where
+    its transparency is not kept) times the chain's; opaque where neither has any."""
+    own = None
+    if targets is not None:
+        own = next(targets, None)
+        if own is None:
+            raise MediaError(f"the alpha planes of {render.job.target} ended before its frames")
+    plane = chain_alpha(render.chain, index, own)
+    return plane if plane is not None else np.full(render.size[::-1], 255, np.uint8)
 
 
 def segment_render(

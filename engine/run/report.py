@@ -45,6 +45,13 @@ class RunReport:
         processed = self.segments["frames_processed"] if self.segments else self.frames
         return processed / self.seconds if self.seconds > 0 else 0.0
 
+    def audio_words(self) -> str:
+        """What the output holds of the target's sound, as every summary says it: "no audio", "audio kept", "2 audio
+        tracks kept". How each was kept (languages, re-encoded, resampled) is in `notes`."""
+        if self.audio_tracks > 1:
+            return f"{self.audio_tracks} audio tracks kept"
+        return "audio kept" if self.audio else "no audio"
+
     def providers(self) -> str:
         """Each distinct backend and provider of the chain with the precision its models ran in where that is
         int8, e.g. `onnx (CPUExecutionProvider)`, `onnx (CPUExecutionProvider, int8)`."""

@@ -27,6 +27,7 @@ from engine.job.settings import Job
 from engine.media import commands as cmd
 from engine.media.images import size_limit
 from engine.media.picture import check_colour
+from engine.run.chain import makes_alpha
 from engine.run.outputs import check_names
 from engine.run.sidecar import synthetic_metadata
 
@@ -71,7 +72,7 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
     if info.kind == "image":
         _check_format_limits(job, info, size, None)
         return Checked(info, span, size, job)
-    job, picture, note = _encoding(job, info, size)
+    job, picture, note = _encoding(job, info, size, makes_alpha(chain, job))
     _check_format_limits(job, info, size, picture)
     source = media.source_for(info, span)
     video = job.video
@@ -86,11 +87,14 @@ def _muxer(job: Job) -> str:
     return "gif" if job.output.suffix.lower() == cmd.GIF_SUFFIX else cmd.muxer_for(job.output)
 
 
-def _encoding(job: Job, info: media.MediaInfo, size: tuple[int, int]) -> tuple[Job, cmd.OutputPicture, str | None]:
+def _encoding(
+    job: Job, info: media.MediaInfo, size: tuple[int, int], made_alpha: bool
+) -> tuple[Job, cmd.OutputPicture, str | None]:
     """The job with `video.encoder=auto` resolved, how its frames are encoded, and the note on the encoder
-    `auto` took (None when it took the GPU's or was not asked)."""
+    `auto` took (None when it took the GPU's or was not asked). made_alpha: the chain makes the frames
+    transparent and the output holds it (`chain.makes_alpha`)."""
     muxer = _muxer(job)
-    alpha = info.picture.alpha and job.video.alpha == "keep"
+    alpha = (info.picture.alpha and job.video.alpha == "keep") or made_alpha
     encoder, note = cmd.INTERMEDIATE_ENCODER, None
     if muxer != "gif":
         even = (size[0] + size[0] % 2, size[1] + size[1] % 2)
@@ -99,7 +103,7 @@ def _encoding(job: Job, info: media.MediaInfo, size: tuple[int, int]) -> tuple[J
         job = job.model_copy(update={"video": job.video.model_copy(update={"encoder": encoder})})
         cmd.check_container(job.output, encoder)
     formats = media.encoder_pixel_formats(encoder) if encoder in ("libx264", "libx265", "libvpx-vp9") else None
-    picture = media.plan_picture(info, encoder, muxer, alpha=job.video.alpha, formats=formats)
+    picture = media.plan_picture(info, encoder, muxer, alpha=job.video.alpha, formats=formats, made_alpha=made_alpha)
     return job, picture, note
 
 
