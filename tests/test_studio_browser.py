@@ -714,6 +714,32 @@ def test_a_source_face_name_sits_above_the_face_not_on_its_chin(app: str, browse
     page.context.close()
 
 
+def test_a_source_photo_with_several_faces_shows_each_and_a_click_takes_another(
+    app: str, browser: Any, media: dict[str, Path]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page(browser, app)
+    load(page, media["astronaut"], media["target"])  # pair.png as the source: two faces
+    captions = page.locator("#source-faces .caption-label")
+    expect(captions).to_have_count(2, timeout=LONG)
+    expect(page.locator("#source-status")).to_contain_text("the one marked ✓: click another to use it")
+    texts = captions.all_inner_texts()
+    assert sorted(texts) == sorted(["pair.png · 1 of 2", "pair.png · 2 of 2 ✓"]) or sorted(texts) == sorted(
+        ["pair.png · 1 of 2 ✓", "pair.png · 2 of 2"]
+    ), texts
+    other = next(n for n, text in enumerate(texts, start=1) if "✓" not in text)
+    page.locator("#source-faces img").nth(other - 1).click()
+    expect(captions.nth(other - 1)).to_have_text(f"pair.png · {other} of 2 ✓", timeout=LONG)
+    expect(captions.nth(2 - other)).to_have_text(f"pair.png · {3 - other} of 2")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#source-faces").screenshot(path=str(ARTIFACTS / "studio-source-faces.png"))
+    open_cell(page, "cell-faces")
+    page.locator("#cell-faces .label-wrap").filter(has_text="advanced").first.click()
+    expect(page.get_by_label("source face", exact=True)).to_have_value(str(other))
+    page.context.close()
+
+
 # -- face by face ------------------------------------------------------------------------------------------------
 def test_face_by_face_shows_each_changed_face_before_and_after_large(
     app: str, browser: Any, media: dict[str, Path]

@@ -419,14 +419,47 @@ def test_faces_of_a_source_without_a_face_are_reported_at_once(tmp_path: Path, m
     session = _session(studio, uploads=[*media.values(), blank])
     from engine.job.settings import FacesSettings
 
-    pictures, problems = studio.source_faces(session, [str(media["source"]), str(blank)], FacesSettings())
-    assert [caption for _, caption in pictures] == ["grace_hopper.jpg"]
+    pictures, picks, problems = studio.source_faces(session, [str(media["source"]), str(blank)], FacesSettings())
+    assert [caption for _, caption in pictures] == ["grace_hopper.jpg"] and picks == [None]
     assert problems == ["empty_wall.png: no face found — use a photo where one face is clearly visible"]
     picture = video.read_image(Path(pictures[0][0]))[0]
     assert picture.shape == (192, 192, 3)
     # The thumbnail holds the whole face: the detector finds it again, well inside the square.
     (face,) = studio.service.find_faces(picture, FacesSettings())
     assert face.box[0] > 10 and face.box[2] < 182 and face.box[1] > 10 and face.box[3] < 182
+
+
+def test_a_source_photo_with_several_faces_shows_each_marks_the_one_taken_and_says_a_pick_past_them(
+    tmp_path: Path, media: dict[str, Path]
+) -> None:
+    from test_people_browser import two_people
+
+    from engine.faces.select import source_face_index
+    from engine.job.settings import FacesSettings
+
+    studio = Studio(work_dir=tmp_path / "work")
+    pair = two_people(tmp_path)["target"]  # the astronaut on the left, Hopper on the right
+    session = _session(studio, uploads=[pair])
+    image = video.read_image(pair)[0]
+    faces = sorted(studio.service.find_faces(image, FacesSettings()), key=lambda f: f.box[0] + f.box[2])
+    largest = source_face_index(faces, 0, "pair.png")[1] + 1
+
+    def captions(pick: int) -> tuple[list[str], list[int | None], list[str]]:
+        pictures, picks, problems = studio.source_faces(session, [str(pair)], FacesSettings(source_face=pick))
+        for path, _ in pictures:  # each a picture of that face, shared with this session alone
+            assert studio.guard.allows(session.owner, Path(path).resolve())
+        return [caption for _, caption in pictures], picks, problems
+
+    marked = [f"pair.png · {n} of 2{' ✓' if n == largest else ''}" for n in (1, 2)]
+    assert captions(0) == (marked, [1, 2], [])
+    assert captions(3 - largest)[0] == [f"pair.png · {n} of 2{' ✓' if n != largest else ''}" for n in (1, 2)]
+    # A pick past the photo's faces: said, and its faces are still there to click one.
+    shown, picks, problems = captions(3)
+    assert shown == ["pair.png · 1 of 2", "pair.png · 2 of 2"] and picks == [1, 2]
+    assert problems == [
+        "faces.source_face=3, but the source image pair.png has 2 faces: choose 1–2 (from the left), or 0 for the "
+        "largest"
+    ]
 
 
 def test_a_picked_face_becomes_the_reference_and_is_shown(tmp_path: Path, media: dict[str, Path]) -> None:

@@ -22,7 +22,7 @@ from engine.core.options import describe
 from engine.job.settings import FacesSettings, Preset
 from webui import cells, uploads
 from webui.parts import Page
-from webui.studio import user_message
+from webui.studio import Session, user_message
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ class Inputs:
             label="source faces", columns=6, height=110, allow_preview=False, object_fit="contain",
             elem_id="source-faces", show_label=False, fit_columns=False, elem_classes="fs-faces",
         )  # fmt: skip
+        # What a click on each source picture sets faces.source_face to (None: a photo with one face).
+        self.source_picks = gr.State([])
         self.target = uploads.File(
             label="target image or video", file_types=["image", "video"], height=90, elem_id="target"
         )
@@ -136,10 +138,18 @@ class Inputs:
             self.target.change(self.on_target, [self.target, self.restoring, *trims, page.values], target_out,
                                queue=False)
         )  # fmt: skip
+        sources_out = [self.source_gallery, self.source_picks, self.source_status, page.run.status]
         self.sources.change(
-            self.on_sources, [self.sources, page.values],
-            [self.source_gallery, self.source_status, page.run.status], queue=False,
+            self.on_sources, [self.sources, page.values], sources_out, queue=False,
         ).then(preview.on_preview, preview.inputs, preview.outputs, queue=False, **preview.progress)  # fmt: skip
+        # A click on a face of a photo with several takes that face; the gallery marks the face taken whether it was
+        # clicked or its number typed.
+        source_face = page.settings.component("faces", "source_face")
+        page.written(self.source_gallery.select(self.on_source_pick, [self.source_picks], [source_face], queue=False))
+        source_face.change(
+            self.on_source_face, [self.sources, page.values, source_face], sources_out, queue=False,
+            show_progress="hidden",
+        )  # fmt: skip
         page.written(
             self.frame_faces.select(
                 self.on_pick, [self.face_paths], [self.reference, self.reference_picture, self.selector], queue=False
@@ -209,20 +219,42 @@ class Inputs:
     def on_sources(self, paths: list[str] | None, values: cells.Values, request: gr.Request) -> tuple[Any, ...]:
         session = self.page.session(request)
         self.studio.note_upload(session, "sources", paths or [])
+        return self._source_gallery(session, paths, self.page.raw(values.items).get("faces", {}))
+
+    def on_source_face(
+        self, paths: list[str] | None, values: cells.Values, source_face: Any, request: gr.Request
+    ) -> tuple[Any, ...]:
+        """The source gallery again when faces.source_face changes (a click on a face, or a number typed)."""
+        faces = {**self.page.raw(values.items).get("faces", {}), "source_face": source_face}
+        return self._source_gallery(self.page.session(request), paths, faces)
+
+    def _source_gallery(self, session: Session, paths: list[str] | None, faces: dict[str, Any]) -> tuple[Any, ...]:
+        """The source gallery's pictures, what a click on each sets, the line above it and the run line."""
         idle = self.page.run.idle_status(session)
         heading = "**Source faces**"
         if not paths:
-            return [], f"{heading} — add one or more photos of the face to put in", idle
+            return [], [], f"{heading} — add one or more photos of the face to put in", idle
         try:
-            faces = FacesSettings.model_validate(self.page.raw(values.items).get("faces", {}))
-            pictures, problems = self.studio.source_faces(session, paths, faces)
+            pictures, picks, problems = self.studio.source_faces(session, paths, FacesSettings.model_validate(faces))
         except Exception as exc:
-            return [], f"{heading} — <span class='fs-warn'>{user_message(exc, session.names)}</span>", idle
+            return [], [], f"{heading} — <span class='fs-warn'>{user_message(exc, session.names)}</span>", idle
         if problems:
-            return pictures, f"{heading} — " + "; ".join(f"<span class='fs-warn'>{p}</span>" for p in problems), idle
-        if len(pictures) > 1:
-            return pictures, f"{heading} — {len(pictures)} photos: their faces are averaged into one identity", idle
-        return pictures, f"{heading} — the face that will be put in", idle
+            line = "; ".join(f"<span class='fs-warn'>{p}</span>" for p in problems)
+        elif len(paths) > 1:
+            line = f"{len(paths)} photos: their faces are averaged into one identity"
+        else:
+            line = "the face that will be put in"
+        if not problems and any(pick is not None for pick in picks):
+            line += " — of a photo with several faces, the one marked ✓: click another to use it"
+        return pictures, picks, f"{heading} — {line}", idle
+
+    def on_source_pick(self, picks: list[int | None], event: gr.SelectData) -> Any:
+        """faces.source_face for the clicked picture of the source gallery: its number from the left in a photo with
+        several faces (a photo with one face: unchanged)."""
+        index = event.index if isinstance(event.index, int) else None
+        if index is None or not 0 <= index < len(picks) or picks[index] is None:
+            return gr.update()
+        return picks[index]
 
     def on_reference(self, selector: str, path: str | None, request: gr.Request) -> Any:
         """The reference picture, shown while it counts (the `reference` selector) and the reference is a file of

@@ -31,9 +31,10 @@ from engine import media as video
 from engine.core.errors import Cancelled, FacestudioError, InvalidInput
 from engine.core.metrics import observe_job
 from engine.core.progress import Progress
-from engine.core.types import Face, Frame
+from engine.core.types import Frame
 from engine.faces.crops import draw_numbers, thumbnail
 from engine.faces.people import Scan
+from engine.faces.select import order_faces, source_face_index
 from engine.job.processor import FrameProcessor
 from engine.job.settings import FacesSettings, Job, RuntimeSettings
 from engine.run.pipeline import RunReport
@@ -479,10 +480,15 @@ class Studio:
 
     def source_faces(
         self, session: Session, paths: Sequence[str], settings: FacesSettings
-    ) -> tuple[list[tuple[str, str]], list[str]]:
-        """For each source image: a picture of the face a job would use (the largest), captioned with the file's
-        name; and a line for each image where no face was found."""
-        pictures, problems = [], []
+    ) -> tuple[list[tuple[str, str]], list[int | None], list[str]]:
+        """The faces of the source photos, for the source gallery: a picture of each face, captioned with the
+        photo's name, and for a photo with several faces each one of them, left to right, numbered, the one a job
+        takes (`faces.source_face`: the largest by default) marked "✓". With them, what a click on each picture
+        sets `faces.source_face` to (its number from the left; None for a photo with one face), and a line for
+        each photo that cannot be used (no face, or fewer faces than `faces.source_face` picks)."""
+        pictures: list[tuple[str, str]] = []
+        picks: list[int | None] = []
+        problems: list[str] = []
         for path in paths:
             name = self.name(session, path)
             try:
@@ -492,17 +498,24 @@ class Studio:
                 problems.append(user_message(exc, session.names))
                 continue
             with self.service.model_lock.brief():
-                faces = self.service.find_faces(image, settings)
+                faces = order_faces(self.service.find_faces(image, settings), "left-right")
             if not faces:
                 problems.append(f"{name}: no face found — use a photo where one face is clearly visible")
                 continue
-            face = _largest(faces)
-            picture = write_jpeg(session.folder / "faces" / f"source-{len(pictures)}-{time.monotonic_ns():x}.jpg",
-                                  thumbnail(image, face.box, THUMBNAIL))  # fmt: skip
-            pictures.append(
-                (self.share(session, picture), name + (f" (largest of {len(faces)})" if len(faces) > 1 else ""))
-            )
-        return pictures, problems
+            try:
+                used: int | None = source_face_index(faces, settings.source_face, name)[0]
+            except InvalidInput as exc:  # a pick past this photo's faces: its faces are shown to click one
+                problems.append(user_message(exc, session.names))
+                used = None
+            folder = session.folder / "faces"
+            for number, face in enumerate(faces, start=1):
+                picture = write_jpeg(folder / f"source-{len(pictures)}-{time.monotonic_ns():x}.jpg",
+                                     thumbnail(image, face.box, THUMBNAIL))  # fmt: skip
+                several = len(faces) > 1
+                caption = f"{name} · {number} of {len(faces)}{' ✓' if number - 1 == used else ''}" if several else name
+                pictures.append((self.share(session, picture), caption))
+                picks.append(number if several else None)
+        return pictures, picks, problems
 
     def people_of(
         self, session: Session, target: str, faces: FacesSettings, runtime: RuntimeSettings
@@ -574,10 +587,6 @@ class _Waiting:
 
     def stop(self) -> None:
         self._stop.set()
-
-
-def _largest(faces: Sequence[Face]) -> Face:
-    return max(faces, key=lambda f: (f.box[2] - f.box[0]) * (f.box[3] - f.box[1]))
 
 
 def write_jpeg(path: Path, frame: Frame, quality: int = 93) -> Path:

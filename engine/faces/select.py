@@ -136,13 +136,7 @@ def source_identity(
         if not faces:
             missing.append(name)
             continue
-        largest = faces.index(order_faces(faces, "largest")[0])
-        if pick > len(faces) and len(faces) > 1:
-            raise InvalidInput(
-                f"faces.source_face={pick}, but the source image {name} has {len(faces)} faces: choose 1–"
-                f"{len(faces)} (from the left), or 0 for the largest"
-            )
-        index = pick - 1 if pick and len(faces) > 1 else largest
+        index, largest = source_face_index(faces, pick, name)
         face = faces[index]
         by = "source_face" if pick and len(faces) > 1 else "largest"
         choices.append(SourceChoice(Path(name).name, len(faces), index + 1, largest + 1, by, face.box))
@@ -154,6 +148,19 @@ def source_identity(
         )
     log.debug("source identity from %d image(s)", len(found))
     return mean_embedding([face.embedding for _, face in found]), found, choices
+
+
+def source_face_index(faces: Sequence[Face], pick: int, name: str) -> tuple[int, int]:
+    """Which of a source photo's `faces` (ordered from the left) a job takes, and which is the largest, as indices:
+    the largest for `pick` 0 or a photo with one face, else the `pick`th from the left (1 = leftmost). InvalidInput
+    naming the photo (`name`) when `pick` is past its faces."""
+    largest = faces.index(order_faces(faces, "largest")[0]) if faces else -1
+    if pick > len(faces) > 1:
+        raise InvalidInput(
+            f"faces.source_face={pick}, but the source image {name} has {len(faces)} faces: choose 1–"
+            f"{len(faces)} (from the left), or 0 for the largest"
+        )
+    return (pick - 1 if pick and len(faces) > 1 else largest), largest
 
 
 def smallest_face_hint(analyser: FaceAnalyser) -> str:
