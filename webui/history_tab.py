@@ -24,25 +24,31 @@ class HistoryTab:
         self.studio = page.studio
 
     def build(self, tab: gr.Tab) -> None:
+        self.tab = tab
         self.version = gr.State(0)
         with gr.Row():
             gr.Markdown("Finished jobs of this session (this browser), newest first.")
             self.clear = gr.Button("Delete all", size="sm", scale=0, min_width=100, elem_id="history-clear")
 
-        # Rendered when the tab is opened (not with the page: a first load stays light) and after each change.
-        @gr.render(
-            inputs=[self.version],
-            triggers=[tab.select, self.version.change],
-            concurrency_limit=1,
-            concurrency_id="history-rows",
-        )
+        # Rendered at each change (a new `version`: every version but 0 has been rendered) and, while there was
+        # none, when the tab is first opened (not with the page: a first load stays light). Opening the tab again
+        # renders nothing: a render replaces the rows' buttons and their events, and a click on a button of the
+        # rows being replaced would name an event that is gone.
+        @gr.render(inputs=[self.version], triggers=[self.version.change], concurrency_limit=1,
+                   concurrency_id="history-rows")  # fmt: skip
         def show(version: int, request: gr.Request) -> None:
             self._rows(request)
 
     def wire(self) -> None:
         # Queued, as every event that changes `version`: Gradio tells a State's change (which re-renders the
         # rows) only from a queued event.
+        self.tab.select(self.on_open, [self.version], [self.version])
         self.clear.click(self.on_clear, [self.version], [self.version])
+
+    @staticmethod
+    def on_open(version: int) -> Any:
+        """Opening the tab renders the rows when nothing has yet (version 0); they are kept as they are after."""
+        return version + 1 if version == 0 else gr.update()
 
     def _rows(self, request: gr.Request) -> None:
         try:
