@@ -5,6 +5,7 @@ and a video file played as the camera into the test sink."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -27,7 +28,7 @@ from engine.job.settings import Job
 from engine.live import testcard
 from engine.live.devices import FileCamera, FolderSink, VirtualCameraSink, open_camera
 from engine.live.faces import BackgroundDetector, CameraDetector, track_live
-from engine.live.local import run_camera
+from engine.live.local import Summary, run_camera
 from engine.live.loop import Captured, LatestFrame, LiveLoop, Processed, SinkThread
 from engine.live.record import Recorder
 from engine.media import demo
@@ -256,6 +257,16 @@ def test_a_slow_sink_skips_frames_instead_of_holding_the_stream() -> None:
     release.set()
     sink.close()
     assert got == [0, 5] and sink.error is None  # the one it was sending, then the newest
+    assert sink.inbox.dropped == 4  # what the session's summary says this sink skipped
+
+
+def test_the_summary_says_what_each_slower_sink_skipped() -> None:
+    summary = Summary(captured=45, processed=36, seconds=3.0, fps=12.0, processing_ms=47.0, latency_ms=53.0,
+                      latency_p95_ms=80.0, skipped=(("the frames folder", 1),))  # fmt: skip
+    assert summary.line() == (
+        "live: 36 of 45 camera frames processed (20% dropped) in 3.0 s: 12.0 fps, processing 47 ms, arrival → out "
+        "53 ms median, 80 ms p95; the frames folder skipped 1 of them (slower than the stream)"
+    )
 
 
 # -- live renderers ----------------------------------------------------------------------------------------------
@@ -636,7 +647,11 @@ def test_launch_live_with_a_video_file_as_the_camera_writes_swapped_frames_to_th
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in (sink / "frames.jsonl").read_text().splitlines()]
     assert lines and all(line["faces"] == 1 for line in lines)
-    assert result.stdout.startswith(f"live: {len(lines)} of 45 camera frames processed (")
+    # Every processed frame reached the folder, or the summary says how many it skipped (a sink shows the newest).
+    said = re.match(r"live: (\d+) of 45 camera frames processed \(", result.stdout)
+    skipped = re.search(r"; the frames folder skipped (\d+) of them \(slower than the stream\)", result.stdout)
+    assert said, result.stdout
+    assert int(said[1]) - (int(skipped[1]) if skipped else 0) == len(lines), result.stdout
     assert "recorded:" in result.stdout and (tmp_path / "take.mp4.job.json").is_file()
     analyser = EmbeddedAnalyser("hog")
     card = testcard.frames(640, 480, 45)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import cv2
 import numpy as np
@@ -137,6 +137,8 @@ class FolderSink:
     """The test sink: each frame as `frame-NNNNNN.png` (its processed index) in `folder`, and one JSON line per
     frame in `frames.jsonl` (index, pts, faces, processing_ms, waited_ms, latency_ms)."""
 
+    label: ClassVar[str] = "the frames folder"  # in the session's summary
+
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -163,6 +165,8 @@ class WindowSink:
     """A desktop window showing the processed frames: ffplay (FFmpeg's player) reading raw frames from a pipe,
     shown as they come (its clock runs far ahead, so no frame waits for its time), reopened if the size changes.
     Closing the window sets `closed` (the CLI stops the stream then)."""
+
+    label: ClassVar[str] = "the window"  # in the session's summary
 
     def __init__(self, title: str = "facestudio live", closed: threading.Event | None = None) -> None:
         self.title = title
@@ -214,6 +218,8 @@ class WindowSink:
 class VirtualCameraSink:
     """A virtual camera other programs (video calls, OBS) can pick (pyvirtualcam: v4l2loopback on Linux, OBS's
     virtual camera on Windows and macOS). Opened at the first frame's size; later frames are scaled to it."""
+
+    label: ClassVar[str] = "the virtual camera"  # in the session's summary
 
     def __init__(self, fps: float, device: str | None = None) -> None:
         try:

@@ -19,7 +19,8 @@ from engine.serve.service import FrameRenderer
 @dataclass(frozen=True)
 class Summary:
     """How a local live session went: frames the camera gave, frames processed, seconds, processed frames per
-    second, processing time and arrival → result latency (median; latency also p95; ms), and the recording."""
+    second, processing time and arrival → result latency (median; latency also p95; ms), the recording, and the
+    processed frames each slower sink skipped (its label, how many: a sink shows the newest frame, not a queue)."""
 
     captured: int
     processed: int
@@ -29,6 +30,7 @@ class Summary:
     latency_ms: float
     latency_p95_ms: float
     recording: Recording | None = None
+    skipped: tuple[tuple[str, int], ...] = ()
 
     @property
     def dropped(self) -> int:
@@ -40,6 +42,7 @@ class Summary:
             f"live: {self.processed} of {self.captured} camera frames processed ({share:.0%} dropped) in "
             f"{self.seconds:.1f} s: {self.fps:.1f} fps, processing {self.processing_ms:.0f} ms, arrival → out "
             f"{self.latency_ms:.0f} ms median, {self.latency_p95_ms:.0f} ms p95"
+            + "".join(f"; {label} skipped {n} of them (slower than the stream)" for label, n in self.skipped)
         )
 
 
@@ -128,6 +131,11 @@ def run_camera(
             recorder.abort()
         raise failure
     stats = loop.stats
+    skipped = tuple(
+        (getattr(output.sink, "label", type(output.sink).__name__), output.inbox.dropped)
+        for output in outputs[: len(sinks)]
+        if output.inbox.dropped
+    )
     # A frame rendered after the last one asked for was not delivered: not counted.
     processed = stats.frames if frames is None else min(stats.frames, frames)
     return Summary(
@@ -139,4 +147,5 @@ def run_camera(
         latency_ms=statistics.median(stats.latency) if stats.latency else 0.0,
         latency_p95_ms=percentile(stats.latency, 95) if stats.latency else 0.0,
         recording=recorder.finish() if recorder is not None else None,
+        skipped=skipped,
     )

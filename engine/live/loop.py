@@ -358,7 +358,8 @@ class LiveLoop:
 
 
 class Sink(Protocol):
-    """Where processed frames go. `send` may block: it runs on its own thread (SinkThread)."""
+    """Where processed frames go. `send` may block: it runs on its own thread (SinkThread). A sink may name itself
+    for the session's summary with a class attribute `label` ("the window")."""
 
     def send(self, out: Processed) -> None: ...
 
