@@ -1,6 +1,6 @@
-"""Where a video's faces are found does not change what a run makes: on the processing thread (fewer than 4 cores,
-engine/run/render.py) or on a thread ahead (4 or more), the same default face job writes the same frames and the
-same identity figures, and only the ahead run starts the analysis thread."""
+"""Where a video's faces are found and its identity checked does not change what a run makes: on the processing
+thread (fewer than 4 cores, engine/run/render.py) or on threads of their own (4 or more), the same default face job
+writes the same frames and the same identity figures, and only the latter starts the analysis and QA threads."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _run(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> tuple
 
 
 @pytest.mark.slow
-def test_faces_found_inline_or_ahead_give_the_same_output(
+def test_faces_and_identity_qa_inline_or_on_threads_give_the_same_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     started: list[str] = []
@@ -48,11 +48,11 @@ def test_faces_found_inline_or_ahead_give_the_same_output(
     monkeypatch.setattr(threading.Thread, "start", start)
     monkeypatch.setattr(render, "usable_cores", lambda: 2)
     inline, inline_identity = _run(tmp_path, "inline", capsys)
-    assert "facestudio-faces" not in started and "facestudio-qa" in started
+    assert "facestudio-faces" not in started and "facestudio-qa" not in started
     started.clear()
     monkeypatch.setattr(render, "usable_cores", lambda: render.AHEAD_CORES)
     ahead, ahead_identity = _run(tmp_path, "ahead", capsys)
-    assert "facestudio-faces" in started
+    assert "facestudio-faces" in started and "facestudio-qa" in started
     assert len(inline) == len(ahead) == 24
     assert all(np.array_equal(a, b) for a, b in zip(inline, ahead, strict=True))
     assert inline_identity == ahead_identity and "0 of 12 checked faces flagged" in inline_identity

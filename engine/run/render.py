@@ -328,13 +328,14 @@ def render_missing(
     """Render `todo` in order from one decoder that starts at the first of them; frames of finished segments in
     between (segments finished elsewhere) are decoded and dropped.
 
-    Identity QA measures finished frames on a thread of its own, and the encoder (ffmpeg) runs in its own process.
-    With AHEAD_CORES cores or more, the faces of the next frames are found on another thread while a batch is
-    processed (a lock keeps the analyser's own calls one at a time); on fewer, they are found on this thread just
-    before their batch: two cores are then shared by the processors with face analysis on one side and the
-    encoder with identity QA on the other, and a thread ahead only adds contention for the interpreter lock,
-    which dlib's landmark and embedding calls hold (measured on 2 cores: more CPU time per frame and fewer
-    frames per second; benchmarks/face_overhead.py)."""
+    The encoder (ffmpeg) runs in its own process. With AHEAD_CORES cores or more, the faces of the next frames are
+    found on another thread while a batch is processed (a lock keeps the analyser's own calls one at a time), and
+    identity QA measures finished frames on a thread of its own. On fewer, both run on this thread — the faces
+    just before their batch, QA just after it: two cores are then shared by the processors and the encoder, and a
+    thread beside this one only adds contention for the interpreter lock, which dlib's landmark and embedding
+    calls hold for tens of milliseconds (this thread then waits inside its own short OpenCV calls). Measured on 2
+    cores (benchmarks/face_overhead.py, `launch.py benchmark`): faces ahead gave more CPU time per frame and fewer
+    frames per second; QA on its own thread 7.04–7.45 fps against 7.71–7.81 on this one."""
     batch = render.batch
     decoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
     stop = threading.Event()
@@ -357,7 +358,7 @@ def render_missing(
                 running.append(analyse)
                 stream = workers.drain(found, analyse, stop)
             qa = None
-            if render.check is not None:
+            if render.check is not None and ahead:
                 qa = workers.HandOff("qa", render.check, 2 * batch, stop)
                 render.check = qa.put
                 running.append(qa.worker)
