@@ -147,13 +147,7 @@ def test_a_graph_with_other_io_is_refused_at_load(
     model: str, graphs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    files = {**graphs, model: graphs["fran"].with_name("wrong.onnx")}
-    kit.use(monkeypatch, kit.catalogue(tmp_path, files), tmp_path / "models")
-    target = kit.clip(tmp_path)
-    kit.check_refused(
-        capsys, model, "--target", str(target), "--output", str(tmp_path / "o.mp4"), "--processors", "age_modifier",
-        "--set", f"age_modifier.model={model}",
-    )  # fmt: skip
+    kit.check_refused(tmp_path, monkeypatch, capsys, graphs, model, "age_modifier", f"age_modifier.model={model}")
 
 
 def test_fetched_from_a_local_server_sha256_checked(

@@ -293,12 +293,7 @@ def test_an_mp4_or_an_encoder_without_alpha_gets_the_composite_and_says_so(
 def test_a_graph_with_other_io_is_refused_at_load(
     graphs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    files = {**graphs, "modnet": graphs["modnet"].with_name("wrong.onnx")}
-    kit.use(monkeypatch, kit.catalogue(tmp_path, files), tmp_path / "models")
-    kit.check_refused(
-        capsys, "modnet", "--target", str(kit.clip(tmp_path)), "--output", str(tmp_path / "o.mp4"),
-        "--processors", "background_remover",
-    )  # fmt: skip
+    kit.check_refused(tmp_path, monkeypatch, capsys, graphs, "modnet", "background_remover")
 
 
 def test_fetched_from_a_local_server_sha256_checked(

@@ -122,12 +122,7 @@ def test_a_video_keeps_its_frames_times_and_audio(env: Path, capsys: pytest.Capt
 def test_a_graph_with_other_io_is_refused_at_load(
     graphs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    files = {**graphs, "ddcolor": graphs["ddcolor"].with_name("wrong.onnx")}
-    kit.use(monkeypatch, kit.catalogue(tmp_path, files), tmp_path / "models")
-    kit.check_refused(
-        capsys, "ddcolor", "--target", str(kit.clip(tmp_path)), "--output", str(tmp_path / "o.mp4"),
-        "--processors", "frame_colourizer",
-    )  # fmt: skip
+    kit.check_refused(tmp_path, monkeypatch, capsys, graphs, "ddcolor", "frame_colourizer")
 
 
 def test_fetched_from_a_local_server_sha256_checked(

@@ -81,9 +81,16 @@ def check_timing(target: Path, output: Path) -> None:
     assert abs(audio_seconds(output) - audio_seconds(target)) < 0.03
 
 
-def check_refused(capsys: pytest.CaptureFixture[str], model_id: str, *args: str) -> None:
-    """A run whose catalogue serves `model_id` by a graph of other I/O exits 3 with one line naming the file and
-    the entry."""
+def check_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], graphs: Mapping[str, Path],
+    model_id: str, processor: str, *settings: str,
+) -> None:  # fmt: skip
+    """A run of `processor` (with `--set` `settings`) on a clip, whose catalogue serves `model_id` by a graph of
+    other I/O (`wrong.onnx` beside the stand-in `graphs`), exits 3 with one line naming the file and the entry."""
+    use(monkeypatch, catalogue(tmp_path, {**graphs, model_id: graphs[model_id].with_name("wrong.onnx")}),
+        tmp_path / "models")  # fmt: skip
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    args = ["--target", str(clip(tmp_path)), "--output", str(tmp_path / "o.mp4"), "--processors", processor, *sets]
     code, _, err = run(capsys, *args)
     assert code == 3, err
     assert err.count("\n") == 1 and err.startswith("error: ")
