@@ -722,7 +722,12 @@ def _entries(folder: Path) -> set[Path]:
 def test_unusual_input(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    case = CASES[name]
+    run_case(CASES[name], tmp_path, monkeypatch, capsys)
+
+
+def run_case(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Make `case`'s inputs in a folder of `tmp_path`, run it with a temp folder of its own, then undo what its
+    setup did (permissions, mounts) whatever the outcome."""
     temp = tmp_path / "tmp"
     temp.mkdir()
     work = tmp_path / "case"

@@ -1,6 +1,6 @@
 """Issue 32's classes of odd media — colour, geometry, alpha, the edges of time, metadata, a source with several
 faces, resume, provenance, mid-stream changes, audio layouts, encoder limits, and two unclear messages — each case
-generated here with ffmpeg and numpy, run through `cli.main` as a user runs it (the corpus's `_run_case`: one
+generated here with ffmpeg and numpy, run through `cli.main` as a user runs it (the corpus's `run_case`: one
 `error:` line and its exit code, nothing left behind), and checked as a viewer sees the output: ffprobe's colour
 fields, SAR/DAR, pixel format and alpha plane, durations and per-frame times, tags and track counts.
 
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 from PIL import Image, ImageCms, PngImagePlugin
-from test_corpus import ENHANCE, SIZE, Case, Setup, _run_case, clip, ffmpeg
+from test_corpus import ENHANCE, SIZE, Case, Setup, clip, ffmpeg, run_case
 
 import cli
 from engine import media as video
@@ -821,17 +821,7 @@ CASES: dict[str, Case] = {
 def test_media_exact(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    case = CASES[name]
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    work = tmp_path / "case"
-    work.mkdir()
-    setup = case.make(work)
-    try:
-        _run_case(case, setup, work, temp, monkeypatch, capsys)
-    finally:
-        for cleanup in setup.cleanup:
-            cleanup()
+    run_case(CASES[name], tmp_path, monkeypatch, capsys)
 
 
 def test_the_guide_table_lists_every_case() -> None:
