@@ -215,20 +215,10 @@ class RunPanel:
             except BaseException as exc:  # reported by the generator below, in the status panel
                 result["error"] = exc
 
-        session.cancel.clear()
-        with self._lock:
-            self._running.add(session.owner.id)
-        try:
-            worker = threading.Thread(target=work, name="facestudio-ui-run", daemon=True)
-            worker.start()
-            hidden = gr.update(value=None, visible=False)
-            yield (state.html(), hidden, hidden, "", hidden, hidden, gr.update(), gr.update())
-            while worker.is_alive():
-                worker.join(0.5)
-                yield (state.html(), *keep)
-        finally:
-            with self._lock:
-                self._running.discard(session.owner.id)
+        hidden = gr.update(value=None, visible=False)
+        started = (hidden, hidden, "", hidden, hidden, gr.update(), gr.update())
+        for tick in self._in_background(session, "facestudio-ui-run", work):
+            yield (state.html(), *(started if tick == 0 else keep))
         error = result.get("error")
         if isinstance(error, Cancelled):
             yield ("**cancelled** — nothing was written", *keep)
@@ -296,20 +286,10 @@ class RunPanel:
             except BaseException as exc:  # reported below, in the status panel
                 result["error"] = exc
 
-        session.cancel.clear()
-        with self._lock:
-            self._running.add(session.owner.id)
-        try:
-            worker = threading.Thread(target=work, name="facestudio-ui-batch", daemon=True)
-            worker.start()
-            while worker.is_alive():
-                worker.join(0.5)
-                if states:
-                    n, name, state = states[-1]
-                    yield f"job {n} of {len(files)} ({name}): {state.html()}", gr.update(), gr.update()
-        finally:
-            with self._lock:
-                self._running.discard(session.owner.id)
+        for _ in self._in_background(session, "facestudio-ui-batch", work):
+            if states:
+                n, name, state = states[-1]
+                yield f"job {n} of {len(files)} ({name}): {state.html()}", gr.update(), gr.update()
         error = result.get("error")
         if error is not None:
             message = "cancelled" if isinstance(error, Cancelled) else user_message(error, session.names)
@@ -326,6 +306,26 @@ class RunPanel:
         failed = sum(isinstance(o, FacestudioError) for _, o in result["done"])
         head = f"{len(files) - failed} of {len(files)} targets done" + (f", {failed} failed" if failed else "")
         yield f"**{head}** — each is in the History tab", "\n".join(lines), version + 1
+
+    def _in_background(self, session: Session, name: str, work: Callable[[], None]) -> Iterator[int]:
+        """Run `work` on a thread of its own as the session's run (a Cancel from before it cleared first), yielding
+        0 once it has started, then 1, 2 … every half second while it goes on; the session is no longer running
+        when it ends or the caller stops iterating."""
+        session.cancel.clear()
+        with self._lock:
+            self._running.add(session.owner.id)
+        try:
+            worker = threading.Thread(target=work, name=name, daemon=True)
+            worker.start()
+            tick = 0
+            yield tick
+            while worker.is_alive():
+                worker.join(0.5)
+                tick += 1
+                yield tick
+        finally:
+            with self._lock:
+                self._running.discard(session.owner.id)
 
     def on_cancel(self, request: gr.Request) -> str:
         session = self.page.session(request)
