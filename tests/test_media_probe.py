@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
+from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import psutil
 import pytest
-from mediakit import H, W, ffmpeg, flash_and_beep, quadrants, seconds, sine, single_line_error
+from mediakit import H, W, ffmpeg, flash_and_beep, pattern, quadrants, seconds, sine, single_line_error, x264
 from PIL import Image
 
 from engine import media
-from engine.core.errors import InvalidInput, TruncatedInput
-from engine.media import MediaInfo, probe
+from engine.core.errors import InvalidInput, MediaError, TruncatedInput
+from engine.media import MediaInfo, children, headers, probe
 from engine.media.info import AudioTrack, Picture
+from engine.media.probe import mp4_video_time_base
 
 pytest_plugins = ["mediafixtures"]
+# The module (`engine.media.probe` names its function).
+probe_module = importlib.import_module("engine.media.probe")
 
 
 def test_probe_cfr_clip(clips: dict[str, Path], probe_path: str) -> None:
@@ -190,3 +199,95 @@ def test_cut_image_is_rejected(tmp_path: Path) -> None:
     cut.write_bytes(whole.read_bytes()[:-400])
     with pytest.raises(InvalidInput, match=r"cut\.png"):
         probe(cut)
+
+
+def _resized_webm(path: Path) -> Path:
+    """A VP9 WebM of 6 frames at 64×48 then 6 at 96×64 (its resolution changes at a keyframe)."""
+    parts = []
+    for n, size in enumerate(("64x48", "96x64")):
+        part = path.with_name(f"part{n}.webm")
+        ffmpeg(
+            *pattern(rate="12", size=size), "-frames:v", "6", "-c:v", "libvpx-vp9", "-deadline", "realtime", str(part)
+        )
+        parts.append(part)
+    listing = path.with_name("parts.txt")
+    listing.write_text("".join(f"file '{p}'\n" for p in parts), encoding="utf-8")
+    ffmpeg("-f", "concat", "-safe", "0", "-i", str(listing), "-c", "copy", str(path))
+    return path
+
+
+class _Watched:
+    """Records when the probe's children start and are read (`children.Beside`, the probe's own ffprobe)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events: list[str] = []
+        self.started: list[children.Beside] = []
+        beside, result, run_ffprobe = children.Beside.__init__, children.Beside.result, headers.run_ffprobe
+
+        def started(child: children.Beside, args: Sequence[str]) -> None:
+            beside(child, args)
+            self.started.append(child)
+            self.events.append("keyframes started")
+
+        def read(child: children.Beside) -> subprocess.CompletedProcess[str]:
+            self.events.append("keyframes read")
+            return result(child)
+
+        def probed(args: Sequence[str], path: Path) -> dict[str, Any]:
+            self.events.append("probed")
+            return run_ffprobe(args, path)
+
+        monkeypatch.setattr(children.Beside, "__init__", started)
+        monkeypatch.setattr(children.Beside, "result", read)
+        monkeypatch.setattr(headers, "run_ffprobe", probed)
+
+
+def test_identify_decodes_the_keyframes_beside_the_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe_path: str
+) -> None:
+    webm = _resized_webm(tmp_path / "call.webm")
+    watched = _Watched(monkeypatch)
+    info = probe(webm, identify=True)
+    # VP9 decodes every frame, keyframe or not: each is listed.
+    assert info.sizes == ((64, 48),) * 6 + ((96, 64),) * 6 and (info.width, info.height) == (64, 48)
+    assert info.frame_count == 12 and info.content_id is not None
+    probed = ["probed"] if probe_path == "ffprobe" else []
+    assert watched.events == ["keyframes started", *probed, "keyframes read"]
+    assert probe(webm).sizes == () and watched.events[3 if probed else 2 :] == (["probed"] if probed else [])
+
+
+def test_a_long_vp9s_keyframe_child_is_stopped_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe_path: str
+) -> None:
+    """Over `_LONGEST_FULL_LOOK` frames (lowered here) VP9's decoder would decode every frame: the child that lists
+    the keyframes is stopped, not waited for, and no child is left running."""
+    webm = _resized_webm(tmp_path / "call.webm")
+    monkeypatch.setattr(probe_module, "_LONGEST_FULL_LOOK", 5)
+    watched = _Watched(monkeypatch)
+    info = probe(webm, identify=True)
+    assert info.sizes == () and "keyframes read" not in watched.events
+    (child,) = watched.started
+    assert child._process.returncode is not None  # reaped: stopped when the probe was done
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_a_child_beside_gives_what_it_printed_and_is_stopped_when_left_unread() -> None:
+    code = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    with children.Beside([sys.executable, "-c", code]) as child:
+        done = child.result()
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+    with children.Beside([sys.executable, "-c", "import time; time.sleep(60)"]) as child:
+        pass
+    assert child._process.returncode is not None and child._process.returncode < 0  # killed, and reaped
+    with pytest.raises(MediaError, match="cannot run /no/such/ffprobe"):
+        children.Beside(["/no/such/ffprobe"])
+
+
+def test_an_mp4s_time_base_is_read_from_its_index(clips: dict[str, Path], tmp_path: Path) -> None:
+    """What the join reads instead of starting ffprobe: the same time base ffprobe gives."""
+    for name in ("cfr.mp4", "moov_end.mp4", "vfr.mp4", "rotated.mp4"):
+        assert mp4_video_time_base(clips[name]) == probe(clips[name]).time_base, name
+    mov = tmp_path / "ntsc.mov"
+    ffmpeg(*pattern(rate="30000/1001"), *x264(), str(mov))
+    assert mp4_video_time_base(mov) == probe(mov).time_base == Fraction(1, 30000)
+    assert mp4_video_time_base(clips["ntsc.mkv"]) is None

@@ -7,8 +7,10 @@ decode pixel for pixel; one run goes through `cli.main` with a real processor, a
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -191,3 +193,46 @@ def test_an_output_whose_sidecar_cannot_be_written_is_removed(
     with pytest.raises(DiskFull, match=r"the disk of .* is full \(writing the sidecar o\.mp4\.job\.json\)"):
         run(clip, out, trim_end=0.5)
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no output without provenance, no .partial
+
+
+@pytest.mark.parametrize(
+    ("suffix", "encoder", "depth", "asked"),
+    [
+        (".mp4", "auto", 8, [("libx264", "beside")]),
+        (".webm", "auto", 8, [("libvpx-vp9", "beside")]),
+        (".mkv", "libx265", 8, [("libx265", "beside")]),
+        # auto takes 10-bit HEVC for a deeper target, which only the probe tells: asked after it.
+        (".mp4", "auto", 10, [("libx264", "beside"), ("libx265", "after")]),
+    ],
+)
+def test_the_encoders_pixel_formats_are_listed_beside_the_targets_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str, encoder: str, depth: int, asked: list[Any]
+) -> None:
+    """Validation asks ffmpeg for the pixel formats of the encoder the job most likely takes on a thread of its
+    own while the target is probed (two children side by side), once; another encoder is asked after the probe."""
+    from engine.run import validate as validation
+
+    target = tmp_path / f"target-{depth}.mkv"
+    pix_fmt = "yuv420p10le" if depth > 8 else "yuv420p"
+    codec = ["-c:v", "ffv1"] if depth > 8 else ["-c:v", "libx264"]
+    subprocess.run([tools.find_ffmpeg(), "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=64x48:rate=12",
+                    "-frames:v", "3", "-pix_fmt", pix_fmt, *codec, str(target)], check=True)  # fmt: skip
+    calls: list[tuple[str, str]] = []
+    real = video.encoder_pixel_formats
+
+    def listed(name: str, ffmpeg: str | None = None) -> frozenset[str]:
+        calls.append((name, "beside" if threading.current_thread().name.startswith("facestudio-validate") else "after"))
+        return real(name, ffmpeg)
+
+    monkeypatch.setattr(video, "encoder_pixel_formats", listed)
+    for module in (validation, importlib.import_module("engine.media.encode")):  # no NVENC: the same on every machine
+        monkeypatch.setattr(module, "gpu_visible", lambda: False)
+    raw = {"processors": ["recorder"], "target": str(target), "output": str(tmp_path / f"out{suffix}"),
+           "video": {"encoder": encoder}}  # fmt: skip
+    job = Job.parse(raw, {"recorder": Recorder})
+    if "libx265" in {name for name, _ in asked} and "libx265" not in tools.available_encoders(tools.find_ffmpeg()):
+        pytest.skip("the ffmpeg in use was built without libx265")
+    checked = validation.validate(job, [Recorder()])
+    assert calls == asked
+    assert checked.picture is not None and checked.picture.encoder == asked[-1][0]
+    assert (checked.picture.pix_fmt or "").startswith("yuv420p10" if depth > 8 else "yuv420p")

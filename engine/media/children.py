@@ -119,6 +119,40 @@ def run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
         raise MediaError(f"cannot run {args[0]}: {exc.strerror}") from exc
 
 
+class Beside:
+    """A child run to its end while the caller does other work (another child, say), as a context manager:
+    `result()` waits for it and gives what it printed, as `run` does; leaving the block before then stops it (a
+    result no longer wanted), so no child outlives the block. MediaError when it cannot be started."""
+
+    def __init__(self, args: Sequence[str]) -> None:
+        self._args = list(args)
+        try:
+            self._process = subprocess.Popen(
+                self._args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace", env=_env()
+            )
+        except OSError as exc:
+            raise MediaError(f"cannot run {args[0]}: {exc.strerror}") from exc
+        self._printed: list[tuple[str, str]] = []
+        # Both pipes are read to their end here, so a chatty child never blocks while the caller is busy.
+        self._thread = threading.Thread(
+            target=lambda: self._printed.append(self._process.communicate()), name="ffmpeg-beside", daemon=True
+        )
+        self._thread.start()
+
+    def result(self) -> subprocess.CompletedProcess[str]:
+        self._thread.join()
+        stdout, stderr = self._printed[0]
+        return subprocess.CompletedProcess(self._args, self._process.returncode, stdout, stderr)
+
+    def __enter__(self) -> Beside:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+        self._thread.join()
+
+
 def run_bytes(args: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
     """`run`, with stdout as bytes (raw frames, alpha planes)."""
     try:

@@ -19,7 +19,7 @@ from engine.media import commands as cmd
 from engine.media.encode import check_times
 from engine.media.images import partial_path
 from engine.media.info import MediaInfo
-from engine.media.probe import probe
+from engine.media.probe import mp4_video_time_base, probe
 from engine.media.timing import FrameTimes
 from engine.media.tools import find_ffmpeg, find_ffprobe
 
@@ -118,6 +118,8 @@ def _ending(first: Path, ffmpeg: str, times: FrameTimes, frames: int, end: Fract
     milliseconds, or MP4's and MOV's the segments' own; None when those are unknown."""
     if muxer in ("matroska", "webm"):
         tick = Fraction(1, 1000)
+    elif first.suffix.lower() in (".mp4", ".mov") and (indexed := mp4_video_time_base(first)) is not None:
+        tick = indexed  # read from the segment's index, not by a child
     else:
         stream = next((s for s in headers.read_header(first, ffmpeg).streams if s.kind == "video"), None)
         if stream is None or stream.time_base is None:

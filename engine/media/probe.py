@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+import subprocess
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
@@ -54,6 +55,18 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
         return replace(info, content_id=file_hash(path)) if identify else info
     ffmpeg = ffmpeg if ffmpeg is not None else find_ffmpeg()
     ffprobe = find_ffprobe(ffmpeg)
+    if not identify:
+        return _video(path, ffmpeg, ffprobe, None)
+    # The keyframes are decoded by a child of their own while the file is probed: each child's start-up (most of
+    # a short file's probe) and reading run beside the other's.
+    with children.Beside(_keyframe_sizes_args(path, ffmpeg, ffprobe)) as keyframes:
+        return _video(path, ffmpeg, ffprobe, keyframes)
+
+
+def _video(path: Path, ffmpeg: str, ffprobe: str | None, keyframes: children.Beside | None) -> MediaInfo:
+    """`probe` of a file that is not an image; `keyframes`: the child listing its keyframes' sizes, when the
+    file is identified (`probe`'s `identify`; None: not identified)."""
+    identify = keyframes is not None
     content_id = None
     if ffprobe is not None:
         data = headers.run_ffprobe(cmd.ffprobe_probe_args(ffprobe, path, identify), path)
@@ -98,9 +111,11 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
         path, header, video, packets, time_base, audio_start, end, _frames_declared_by_cut_mp4(moov, cut)
     )
     # Keyframes only: where the decoder honours that (H.264, HEVC …) it costs little; VP8's, VP9's and AV1's decode
-    # every frame regardless, so a long one is not looked at (its frames are still scaled to the first size).
+    # every frame regardless, so a long one is not looked at (its child is stopped unread; its frames are still
+    # scaled to the first size).
     everything = video.codec in _DECODE_EVERY_FRAME and info.frame_count > _LONGEST_FULL_LOOK
-    sizes = _keyframe_sizes(path, ffmpeg, ffprobe, video.rotation) if identify and not everything else ()
+    sizes = () if keyframes is None or everything else _keyframe_sizes(keyframes.result(), ffprobe is not None,
+                                                                       video.rotation)  # fmt: skip
     if len(set(sizes)) > 1:
         # The stream's size, as the demuxer reports it, may be any of them: every frame is fitted into the first.
         info = replace(info, width=sizes[0][0], height=sizes[0][1])
@@ -138,13 +153,21 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()[:32]
 
 
-def _keyframe_sizes(path: Path, ffmpeg: str, ffprobe: str | None, rotation: int) -> tuple[tuple[int, int], ...]:
-    """The display size of each keyframe of the video stream, in order (decoding keyframes only)."""
+def _keyframe_sizes_args(path: Path, ffmpeg: str, ffprobe: str | None) -> list[str]:
+    """The child that decodes the video stream's keyframes only and prints each one's size."""
     if ffprobe is not None:
-        done = children.run(cmd.ffprobe_keyframe_sizes_args(ffprobe, path))
+        return cmd.ffprobe_keyframe_sizes_args(ffprobe, path)
+    return cmd.ffmpeg_keyframe_sizes_args(ffmpeg, path)
+
+
+def _keyframe_sizes(
+    done: subprocess.CompletedProcess[str], by_ffprobe: bool, rotation: int
+) -> tuple[tuple[int, int], ...]:
+    """The display size of each keyframe of the video stream, in order, from what the `_keyframe_sizes_args` child
+    printed (`by_ffprobe`: ffprobe's lines, else ffmpeg's showinfo log)."""
+    if by_ffprobe:
         found = [tuple(int(v) for v in line.split(",")[:2]) for line in done.stdout.split() if line.count(",") >= 1]
     else:
-        done = children.run(cmd.ffmpeg_keyframe_sizes_args(ffmpeg, path))
         found = [(int(w), int(h)) for w, h in re.findall(r"\bs:(\d+)x(\d+)\b", done.stderr)]
     quarter = rotation in (90, 270)
     return tuple((h, w) if quarter else (w, h) for w, h in found)  # type: ignore[misc]
@@ -362,6 +385,18 @@ def _read_moov(path: Path) -> tuple[bytes | None, bool]:
                 moov = f.read(box_size - header)
             offset += box_size
     return moov, False
+
+
+def mp4_video_time_base(path: Path) -> Fraction | None:
+    """Seconds per tick of an MP4's or MOV's first video track, from its index: its `mdhd` time scale, which is
+    ffmpeg's time base of the stream (1/12288 …), read without starting a child; None where the index has none."""
+    moov, _ = _read_moov(path)
+    trak = _video_trak(moov) if moov is not None else None
+    mdhd = next(_boxes(next(_boxes(trak, b"mdia"), b""), b"mdhd"), b"") if trak is not None else b""
+    # mdhd: version/flags, creation and modification (4 or 8 each, by version), time scale (4)
+    at = 20 if mdhd[:1] == b"\x01" else 12
+    scale = struct.unpack(">I", mdhd[at : at + 4])[0] if len(mdhd) >= at + 4 else 0
+    return Fraction(1, scale) if scale else None
 
 
 def _video_trak(moov: bytes) -> bytes | None:

@@ -16,11 +16,13 @@ changes mid-way (every frame fitted into the first size), timestamps that repeat
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine import media
+from engine.backends import gpu_visible
 from engine.core.errors import InvalidInput, InvalidJob
 from engine.job.processor import FrameProcessor
 from engine.job.settings import Job
@@ -31,6 +33,8 @@ from engine.run.chain import makes_alpha
 from engine.run.outputs import check_names
 from engine.run.sidecar import synthetic_metadata
 
+# Encoders whose pixel formats depend on how they were built (8 or 10 bits …): ffmpeg is asked which it takes.
+_ASKED_FORMATS = frozenset({"libx264", "libx265", "libvpx-vp9"})
 # Image formats that can carry the synthetic-media tags; a BMP target is written as PNG.
 TAGGABLE_IMAGE_FORMATS = frozenset({"PNG", "JPEG", "WEBP", "TIFF"})
 
@@ -58,6 +62,28 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
 
     overwrite: accept an existing file at `job.output`, which the run replaces (never when it is an input).
     """
+    likely = _likely_encoder(job)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="facestudio-validate") as pool:
+        # ffmpeg lists the pixel formats of the encoder the job most likely takes while the target is probed: two
+        # children, each mostly start-up, side by side; an encoder the job turns out to take instead is asked after.
+        formats = {likely: pool.submit(media.encoder_pixel_formats, likely)} if likely else {}
+        return _validate(job, chain, overwrite, formats)
+
+
+def _likely_encoder(job: Job) -> str | None:
+    """The encoder whose pixel formats `_encoding` asks ffmpeg for that `job` most likely takes, as far as is known
+    before its target is probed: the one it names, or what `auto` takes without a GPU (VP9 in WebM, else libx264);
+    None for the others (they are not asked)."""
+    encoder = job.video.encoder
+    if encoder == "auto" and job.output.suffix.lower() != cmd.GIF_SUFFIX and not gpu_visible():
+        encoder = "libvpx-vp9" if job.output.suffix.lower() == ".webm" else cmd.AUTO_SOFTWARE
+    return encoder if encoder in _ASKED_FORMATS else None
+
+
+def _validate(
+    job: Job, chain: Sequence[FrameProcessor], overwrite: bool, formats: Mapping[str, Future[frozenset[str]]]
+) -> Checked:
+    """`validate`, with the pixel formats of the encoders `formats` holds being listed already."""
     info = media.probe(job.target, identify=True)
     for source in job.sources:
         _check_still_image(source, "source face image")
@@ -72,7 +98,7 @@ def validate(job: Job, chain: Sequence[FrameProcessor], *, overwrite: bool = Fal
     if info.kind == "image":
         _check_format_limits(job, info, size, None)
         return Checked(info, span, size, job)
-    job, picture, note = _encoding(job, info, size, makes_alpha(chain, job))
+    job, picture, note = _encoding(job, info, size, makes_alpha(chain, job), formats)
     _check_format_limits(job, info, size, picture)
     source = media.source_for(info, span)
     video = job.video
@@ -88,11 +114,16 @@ def _muxer(job: Job) -> str:
 
 
 def _encoding(
-    job: Job, info: media.MediaInfo, size: tuple[int, int], made_alpha: bool
+    job: Job,
+    info: media.MediaInfo,
+    size: tuple[int, int],
+    made_alpha: bool,
+    asked: Mapping[str, Future[frozenset[str]]],
 ) -> tuple[Job, cmd.OutputPicture, str | None]:
     """The job with `video.encoder=auto` resolved, how its frames are encoded, and the note on the encoder
     `auto` took (None when it took the GPU's or was not asked). made_alpha: the chain makes the frames
-    transparent and the output holds it (`chain.makes_alpha`)."""
+    transparent and the output holds it (`chain.makes_alpha`). asked: encoders whose pixel formats are being
+    listed already."""
     muxer = _muxer(job)
     alpha = (info.picture.alpha and job.video.alpha == "keep") or made_alpha
     encoder, note = cmd.INTERMEDIATE_ENCODER, None
@@ -102,7 +133,9 @@ def _encoding(
                                              alpha=alpha)  # fmt: skip
         job = job.model_copy(update={"video": job.video.model_copy(update={"encoder": encoder})})
         cmd.check_container(job.output, encoder)
-    formats = media.encoder_pixel_formats(encoder) if encoder in ("libx264", "libx265", "libvpx-vp9") else None
+    formats = None
+    if encoder in _ASKED_FORMATS:
+        formats = asked[encoder].result() if encoder in asked else media.encoder_pixel_formats(encoder)
     picture = media.plan_picture(info, encoder, muxer, alpha=job.video.alpha, formats=formats, made_alpha=made_alpha)
     return job, picture, note
 
