@@ -217,32 +217,42 @@ def _resized_webm(path: Path) -> Path:
 
 
 class _Watched:
-    """Records when the probe's children start and are read (`children.Beside`, the probe's own ffprobe)."""
+    """Records when the probe's children start and are read: those beside it (`children.Beside`: the keyframes',
+    and the packets' hashes without ffprobe) and its own (ffprobe, or ffmpeg's packet count)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.events: list[str] = []
         self.started: list[children.Beside] = []
-        beside, result, run_ffprobe = children.Beside.__init__, children.Beside.result, headers.run_ffprobe
+        beside, result, run = children.Beside.__init__, children.Beside.result, children.run
+        run_ffprobe = headers.run_ffprobe
+
+        def name(args: Sequence[str]) -> str:
+            return "hashes" if "framecrc" in args else "keyframes"
 
         def started(child: children.Beside, args: Sequence[str]) -> None:
             beside(child, args)
             self.started.append(child)
-            self.events.append("keyframes started")
+            self.events.append(f"{name(args)} started")
 
         def read(child: children.Beside) -> subprocess.CompletedProcess[str]:
-            self.events.append("keyframes read")
+            self.events.append(f"{name(child._args)} read")
             return result(child)
 
         def probed(args: Sequence[str], path: Path) -> dict[str, Any]:
             self.events.append("probed")
             return run_ffprobe(args, path)
 
+        def ran(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+            self.events.append("counted" if "framecrc" in args else "ran")
+            return run(args)
+
         monkeypatch.setattr(children.Beside, "__init__", started)
         monkeypatch.setattr(children.Beside, "result", read)
         monkeypatch.setattr(headers, "run_ffprobe", probed)
+        monkeypatch.setattr(children, "run", ran)
 
 
-def test_identify_decodes_the_keyframes_beside_the_probe(
+def test_identify_runs_its_children_beside_the_probe(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe_path: str
 ) -> None:
     webm = _resized_webm(tmp_path / "call.webm")
@@ -251,9 +261,18 @@ def test_identify_decodes_the_keyframes_beside_the_probe(
     # VP9 decodes every frame, keyframe or not: each is listed.
     assert info.sizes == ((64, 48),) * 6 + ((96, 64),) * 6 and (info.width, info.height) == (64, 48)
     assert info.frame_count == 12 and info.content_id is not None
-    probed = ["probed"] if probe_path == "ffprobe" else []
-    assert watched.events == ["keyframes started", *probed, "keyframes read"]
-    assert probe(webm).sizes == () and watched.events[3 if probed else 2 :] == (["probed"] if probed else [])
+    at = {event: watched.events.index(event) for event in watched.events}
+    own = "probed" if probe_path == "ffprobe" else "counted"
+    # Started before the probe's own child, read after it.
+    assert at["keyframes started"] < at[own] < at["keyframes read"]
+    if probe_path == "ffmpeg-only":
+        assert at["hashes started"] < at[own] < at["hashes read"]
+    else:
+        assert "hashes started" not in at
+    watched.events.clear()
+    assert (
+        probe(webm).sizes == () and "keyframes started" not in watched.events and "hashes started" not in watched.events
+    )
 
 
 def test_a_long_vp9s_keyframe_child_is_stopped_unread(
@@ -266,8 +285,8 @@ def test_a_long_vp9s_keyframe_child_is_stopped_unread(
     watched = _Watched(monkeypatch)
     info = probe(webm, identify=True)
     assert info.sizes == () and "keyframes read" not in watched.events
-    (child,) = watched.started
-    assert child._process.returncode is not None  # reaped: stopped when the probe was done
+    keyframes = next(child for child in watched.started if "framecrc" not in child._args)
+    assert keyframes._process.returncode is not None  # reaped: stopped when the probe was done
     assert psutil.Process().children(recursive=True) == []
 
 

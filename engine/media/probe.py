@@ -7,6 +7,7 @@ packet, so `frame_count` is exact, and their timestamps say when each is shown.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import struct
@@ -56,16 +57,22 @@ def probe(path: Path, ffmpeg: str | None = None, identify: bool = False) -> Medi
     ffmpeg = ffmpeg if ffmpeg is not None else find_ffmpeg()
     ffprobe = find_ffprobe(ffmpeg)
     if not identify:
-        return _video(path, ffmpeg, ffprobe, None)
-    # The keyframes are decoded by a child of their own while the file is probed: each child's start-up (most of
-    # a short file's probe) and reading run beside the other's.
-    with children.Beside(_keyframe_sizes_args(path, ffmpeg, ffprobe)) as keyframes:
-        return _video(path, ffmpeg, ffprobe, keyframes)
+        return _video(path, ffmpeg, ffprobe, None, None)
+    # Identifying takes children of its own, which run beside the probe's: the keyframes' decode and, without
+    # ffprobe, the packets' hashes (ffprobe's probe hashes them itself). Each child's start-up (most of a short
+    # file's probe) and reading then overlap the others'.
+    with contextlib.ExitStack() as beside:
+        keyframes = beside.enter_context(children.Beside(_keyframe_sizes_args(path, ffmpeg, ffprobe)))
+        hashes = None if ffprobe else beside.enter_context(children.Beside(cmd.ffmpeg_identify_args(ffmpeg, path)))
+        return _video(path, ffmpeg, ffprobe, keyframes, hashes)
 
 
-def _video(path: Path, ffmpeg: str, ffprobe: str | None, keyframes: children.Beside | None) -> MediaInfo:
-    """`probe` of a file that is not an image; `keyframes`: the child listing its keyframes' sizes, when the
-    file is identified (`probe`'s `identify`; None: not identified)."""
+def _video(
+    path: Path, ffmpeg: str, ffprobe: str | None, keyframes: children.Beside | None, hashes: children.Beside | None
+) -> MediaInfo:
+    """`probe` of a file that is not an image. keyframes: the child listing its keyframes' sizes, when the file is
+    identified (`probe`'s `identify`; None: not identified); hashes: the child listing its packets' hashes, when it
+    is identified without ffprobe."""
     identify = keyframes is not None
     content_id = None
     if ffprobe is not None:
@@ -97,8 +104,8 @@ def _video(path: Path, ffmpeg: str, ffprobe: str | None, keyframes: children.Bes
         packets = [replace(p, pts=None if p.pts is None else p.pts + shift) for p in packets]
         first_audio = _first_time(*streams[1]) if 1 in streams else None
         audio_start = None if first_audio is None else first_audio + header.start
-        if identify:
-            done = children.run(cmd.ffmpeg_identify_args(ffmpeg, path))
+        if hashes is not None:
+            done = hashes.result()
             content_id = _identity(line for line in done.stdout.splitlines() if line and not line.startswith("#"))
         chapters = len(re.findall(r"^    Chapter #", count.stderr, re.MULTILINE))
     # An MP4's or MOV's index says where its video ends (Matroska's and others' ends are rounded or count other
