@@ -99,6 +99,22 @@ def test_writer_checks_the_times_it_wrote(tmp_path: Path, monkeypatch: pytest.Mo
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_writer_checked_later_does_not_read_its_file_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`checked_later` (a job's last segment, checked in the joined output): the same frames in place, unread."""
+
+    def unread(path: Path, *args: object) -> None:
+        raise AssertionError(f"{path} was read back")
+
+    monkeypatch.setattr(media.encode, "probe", unread)
+    with FrameWriter(tmp_path / "x.mp4", W, H, rate(25), checked_later=True) as writer:
+        for frame in gradient(4):
+            writer.write(frame)
+    monkeypatch.undo()
+    assert writer.written is None and [p.name for p in tmp_path.iterdir()] == ["x.mp4"]
+    info = probe(tmp_path / "x.mp4")
+    assert (info.frame_count, seconds(info)) == (4, [Fraction(n, 25) for n in range(4)])
+
+
 def test_writer_pads_odd_sizes_by_edge_replication(tmp_path: Path) -> None:
     output = tmp_path / "odd.mp4"
     frames = list(gradient(5, width=W - 1, height=H - 1))

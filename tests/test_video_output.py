@@ -21,7 +21,7 @@ from conftest import audio_seconds
 
 import cli
 from engine import media as video
-from engine.core.errors import DiskFull, InvalidInput
+from engine.core.errors import DiskFull, InvalidInput, MediaError
 from engine.core.types import Frame
 from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.job.settings import Job
@@ -236,3 +236,49 @@ def test_the_encoders_pixel_formats_are_listed_beside_the_targets_probe(
     assert calls == asked
     assert checked.picture is not None and checked.picture.encoder == asked[-1][0]
     assert (checked.picture.pix_fmt or "").startswith("yuv420p10" if depth > 8 else "yuv420p")
+
+
+def test_the_last_segment_is_checked_in_the_joined_output_the_others_on_their_own(
+    clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each segment but the plan's last is read back as it is finished; the last is checked in the joined output,
+    which the join reads back right after (one ffprobe fewer per job, every frame still checked)."""
+    read_back: list[str] = []
+    for name in ("engine.media.encode", "engine.media.join"):
+        module = importlib.import_module(name)
+        real = module.probe
+
+        def recorded(path: Path, *args: Any, real: Any = real, **kwargs: Any) -> video.MediaInfo:
+            read_back.append(Path(path).name)
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(module, "probe", recorded)
+    output = tmp_path / "out.mp4"
+    report, _ = run(clip, output, segment_frames=16)
+    assert report.frames == COUNT and report.segments is not None and report.segments["count"] == 3
+    assert read_back[:2] == [".seg-00000.partial.mp4", ".seg-00001.partial.mp4"]
+    assert len(read_back) == 3 and "seg-" not in read_back[2]
+    assert video.probe(output).frame_count == COUNT
+
+
+def test_a_last_segment_short_of_a_frame_fails_the_join_and_leaves_nothing(
+    clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = tmp_path / "jobs"
+    monkeypatch.setenv("FACESTUDIO_JOBS", str(jobs))
+    write = video.FrameWriter.write
+
+    def dropping(writer: video.FrameWriter, frame: Frame, alpha: Any = None) -> None:
+        if writer._checked_later and writer.frames_written == 0:  # the last segment's first frame never reaches ffmpeg
+            writer.frames_written += 1
+            return
+        write(writer, frame, alpha)
+
+    monkeypatch.setattr(video.FrameWriter, "write", dropping)
+    output = tmp_path / "out.mp4"
+    with pytest.raises(MediaError) as caught:
+        run(clip, output, segment_frames=16)
+    # Named as the user knows it, not by the staged file's temp name.
+    assert str(caught.value) == f"{output} holds {COUNT - 1} frames, {COUNT} were written"
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["jobs"])  # no output, partial file or sidecar
+    assert not jobs.exists() or list(jobs.iterdir()) == []  # and the job folder is removed

@@ -49,7 +49,8 @@ class FrameWriter:
     Frame n is shown at `times.seconds(n)`: a variable frame rate stays variable (MP4 and MOV keep every time
     exactly; Matroska to the millisecond). Frames are encoded into `.<stem>.partial<suffix>` in the output
     folder. Leaving the block without an exception (or calling `close`) finishes the encode, checks that the file
-    holds exactly the frames written at their times, and renames it to `output`. An exception (or `abort`) kills
+    holds exactly the frames written at their times (or leaves that to a later check: `checked_later`), and renames
+    it to `output`. An exception (or `abort`) kills
     ffmpeg and deletes the temp file, so a failed job never leaves a file that looks finished.
 
     Odd sizes: yuv420p stores colour at half resolution, so it needs an even width and height. A frame
@@ -72,6 +73,7 @@ class FrameWriter:
         picture: cmd.OutputPicture | None = None,
         last: Fraction | None = None,
         alpha: Iterable[npt.NDArray[np.uint8]] | None = None,
+        checked_later: bool = False,
     ) -> None:
         """output: .mp4, .m4v, .mov, .mkv or .webm path; its folder must exist.
         width, height: size of the frames that will be written, pixels.
@@ -91,13 +93,18 @@ class FrameWriter:
         alpha: with a picture that keeps alpha, the frames' alpha planes (H×W uint8, 255 = opaque), one per frame
             written, in order (a `FrameReader(…, alpha=True)`), resized to the frames when they differ; None: each
             `write` is given its frame's plane.
+        checked_later: `close` moves the finished file into place without reading it back, for a file whose frames
+            and times are checked right after as part of another (a job's last segment, checked in the joined
+            output: `join_segments`): one ffprobe fewer per job. ffmpeg's exit status is still checked.
         """
         self.output = Path(output)
         self.width, self.height = width, height
         self.times = times
         self.frames_written = 0
-        # What the finished file holds, probed by `close` (a cut can leave no audio to mux, for one).
+        # What the finished file holds, probed by `close` (a cut can leave no audio to mux, for one); None while
+        # open, and for a file `checked_later`.
         self.written: MediaInfo | None = None
+        self._checked_later = checked_later
         if width < 1 or height < 1:
             raise ValueError(f"frame size must be positive, got {width}×{height}")
         cmd.muxer_for(self.output)  # an unsupported extension fails here, naming the path the caller gave
@@ -195,7 +202,8 @@ class FrameWriter:
         return plane
 
     def close(self) -> Path:
-        """Finish encoding, verify the frames and their times, and move the file to `output`; returns `output`.
+        """Finish encoding, verify the frames and their times (unless `checked_later`), and move the file to
+        `output`; returns `output`.
 
         Raises (after deleting the temp file) DiskFull when the disk filled up, MediaError when ffmpeg fails
         otherwise or the file does not hold exactly the frames written at their times.
@@ -214,16 +222,18 @@ class FrameWriter:
             self._drain.join()
             if returncode != 0 or self._drain.write_errno() is not None:
                 raise self._failure("finishing")
-            try:
-                written = probe(self._partial, self._ffmpeg)
-            except FacestudioError as exc:
-                # Some builds exit 0 after failing to write the index: a file that cannot be read on a full disk
-                # is the disk's fault.
-                children.check_room(self.output)
-                raise MediaError(f"the encoded {self.output} cannot be read back: {exc}") from exc
-            check_times(written, self.times, self.frames_written, self.output)
+            written = None
+            if not self._checked_later:
+                try:
+                    written = probe(self._partial, self._ffmpeg)
+                except FacestudioError as exc:
+                    # Some builds exit 0 after failing to write the index: a file that cannot be read on a full
+                    # disk is the disk's fault.
+                    children.check_room(self.output)
+                    raise MediaError(f"the encoded {self.output} cannot be read back: {exc}") from exc
+                check_times(written, self.times, self.frames_written, self.output)
             os.replace(self._partial, self.output)
-            self.written = replace(written, path=self.output)
+            self.written = None if written is None else replace(written, path=self.output)
         except BaseException:
             self.abort()
             raise

@@ -7,8 +7,9 @@ content id is in the manifest's settings: a changed target is refused, not resum
 
     owner.json     the process working in it: PID, that process's start time (PIDs are reused), host name
     manifest.json  the job's settings and fingerprint, the segment plan, and each finished segment
-    seg-NNNNN.mp4  finished, verified segments (only files listed in the manifest count; .mov or .mkv for encoders
-                   MP4 cannot hold)
+    seg-NNNNN.mp4  finished segments, each read back and checked (only files listed in the manifest count; .mov or
+                   .mkv for encoders MP4 cannot hold); the plan's last one, when the process that renders it joins
+                   them right after, is checked in the joined output instead
     work-PID/      segments being encoded by process PID (a killed process's leftovers never mix with its successor's)
 
 When a folder is removed:

@@ -203,6 +203,7 @@ def render_segment(
     path: Path,
     progress: Progress | None = None,
     last: bool = False,
+    joined_next: bool = False,
 ) -> int:
     """Process one segment of a video job into the file `path` (.mp4, no audio, no tags: those come when the
     segments are joined); returns the frames written, checked to be in the file at their times.
@@ -211,7 +212,9 @@ def render_segment(
     frame of the span: `segment.frames` of them (the last segment of a plan takes every frame the decoder still
     gives, since an open-ended plan's count is an estimate). Processing overlaps encoding through a bounded queue;
     on any error the encoder is stopped and nothing is left at `path`. last: the plan's last segment (its last
-    frame lasts the span's last duration). A picture that keeps alpha gives each frame its alpha plane: the
+    frame lasts the span's last duration). joined_next: the job's segments are joined right after this one (the
+    plan's last, rendered by the job's own process), and the join's check of the joined output stands for this
+    segment's own (`FrameWriter.checked_later`). A picture that keeps alpha gives each frame its alpha plane: the
     target's own (read alongside by a second decoder) times what the chain made transparent (`chain_alpha`),
     taken right after the frame's batch.
     """
@@ -236,6 +239,7 @@ def render_segment(
             preset=video.preset,
             picture=picture,
             last=render.last(segment, last),
+            checked_later=joined_next,
         ) as writer,
     ):
         encode = workers.Worker("encode", lambda: workers.consume(encoded, lambda item: writer.write(*item), stop))
@@ -328,9 +332,11 @@ def render_missing(
     """Render `todo` in order from one decoder that starts at the first of them; frames of finished segments in
     between (segments finished elsewhere) are decoded and dropped.
 
-    The encoder (ffmpeg) runs in its own process. With AHEAD_CORES cores or more, the faces of the next frames are
-    found on another thread while a batch is processed (a lock keeps the analyser's own calls one at a time), and
-    identity QA measures finished frames on a thread of its own. On fewer, both run on this thread — the faces
+    The encoder (ffmpeg) runs in its own process. The plan's last segment is not read back on its own: the job
+    joins the segments right after this returns and checks the joined output's every frame and time (one ffprobe
+    fewer per job). With AHEAD_CORES cores or more, the faces of the next frames are found on another thread while
+    a batch is processed (a lock keeps the analyser's own calls one at a time), and identity QA measures finished
+    frames on a thread of its own. On fewer, both run on this thread — the faces
     just before their batch, QA just after it: two cores are then shared by the processors and the encoder, and a
     thread beside this one only adds contention for the interpreter lock, which dlib's landmark and embedding
     calls hold for tens of milliseconds (this thread then waits inside its own short OpenCV calls). Measured on 2
@@ -369,7 +375,8 @@ def render_missing(
                 # The last segment takes every frame that is left: an open-ended plan's count is an estimate.
                 frames = stream if segment is last else itertools.islice(stream, segment.frames)
                 before = face_counts(render.faces)
-                written = render_segment(render, segment, frames, folder.work_path(segment), progress, segment is last)
+                written = render_segment(render, segment, frames, folder.work_path(segment), progress,
+                                         segment is last, joined_next=segment is last)  # fmt: skip
                 if segment is not last and written != segment.frames:
                     raise MediaError(
                         f"{render.job.target} gave {written} frames for output frames {segment.start}–"

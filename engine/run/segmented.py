@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.core.errors import Cancelled, DiskFull, InsufficientDiskSpace
+from engine.core.errors import Cancelled, DiskFull, InsufficientDiskSpace, MediaError
 from engine.core.progress import Progress
 from engine.media import MediaInfo, StreamsPlan, audio_for, join_segments, probe, source_for
 from engine.media.probe import file_hash
@@ -72,6 +72,8 @@ class VideoJob:
             )  # fmt: skip
         except DiskFull as exc:  # named as the user knows it, not by its temp name
             raise DiskFull(f"the disk of {exc.folder} is full (writing {job.output.name})", exc.folder) from None
+        except MediaError as exc:  # a joined output that fails its check (its last segment is checked there too)
+            raise MediaError(str(exc).replace(str(output), str(job.output))) from None
 
     def summary(self) -> dict[str, Any]:
         """The report's `segments` (and the face counts of the whole output, finished segments included)."""
