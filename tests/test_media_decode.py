@@ -274,3 +274,15 @@ def test_a_variable_rate_matroska_file_decodes_without_complaint(tmp_path: Path,
         for frame in read_all(source, info):
             writer.write(frame)
     assert len(read_all(out)) == 12
+
+
+def test_a_reader_started_early_gives_the_same_frames_and_is_reaped_unread(clips: dict[str, Path]) -> None:
+    """`start` runs ffmpeg before the first frame is asked for; the frames are the same as a reader started by its
+    first frame, and a started reader closed unread leaves no child."""
+    with media.FrameReader(clips["cfr.mp4"]) as reader:
+        assert reader.start() is reader and len(ffmpeg_children()) == 1
+        early = list(reader)
+    assert np.array_equal(np.stack(early), np.stack(read_all(clips["cfr.mp4"]))) and len(early) == 25
+    with media.FrameReader(clips["cfr.mp4"]).start():
+        assert len(ffmpeg_children()) == 1
+    assert ffmpeg_children() == []

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import audio_seconds
+from conftest import audio_seconds, ffmpeg_children
 
 import cli
 from engine import media as video
-from engine.core.errors import DiskFull, InvalidInput, MediaError
+from engine.core.errors import DiskFull, InvalidInput, MediaError, NoFaceInSource
 from engine.core.types import Frame
 from engine.job.processor import FrameContext, FrameProcessor, ProcessorOptions
 from engine.job.settings import Job
@@ -282,3 +282,26 @@ def test_a_last_segment_short_of_a_frame_fails_the_join_and_leaves_nothing(
     assert str(caught.value) == f"{output} holds {COUNT - 1} frames, {COUNT} were written"
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["jobs"])  # no output, partial file or sidecar
     assert not jobs.exists() or list(jobs.iterdir()) == []  # and the job folder is removed
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_fresh_jobs_decoder_starts_while_its_faces_are_analysed_and_stops_with_a_refusal(
+    clip: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resume: bool
+) -> None:
+    """A fresh job decodes from the span's first frame: ffmpeg is started before the source faces are analysed
+    (its start-up overlaps theirs). A resumed job starts where its folder says, known only later. A refusal in
+    between stops and reaps that ffmpeg and writes nothing."""
+    running: list[list[str]] = []
+
+    def refusing(*args: Any) -> None:
+        running.append(ffmpeg_children())
+        raise NoFaceInSource("no face was found in the source image")
+
+    monkeypatch.setattr(pipeline, "face_stage", refusing)
+    output = tmp_path / "out.mp4"
+    job = Job.parse({"processors": ["recorder"], "target": str(clip), "output": str(output)}, {"recorder": Recorder})
+    with pytest.raises(NoFaceInSource):
+        pipeline.run(job, [Recorder()], Runtime(job.runtime), resume=resume)
+    (children,) = running
+    assert len(children) == (0 if resume else 1) and all(" ffmpeg" in child for child in children)
+    assert ffmpeg_children() == [] and not output.exists()

@@ -114,6 +114,14 @@ class FrameReader:
             return iter([read_image(self.path)[0]])
         return self._frames()
 
+    def start(self) -> FrameReader:
+        """Start ffmpeg now, not at the first frame asked for: its start-up (loading its libraries, opening the
+        file, decoding the first frame) then overlaps the caller's other work. Returns self; a no-op for an image,
+        or once started, iterated or closed."""
+        if self.info.kind == "video" and self._process is None and not (self._iterated or self._closed):
+            self._spawn()
+        return self
+
     def close(self) -> None:
         """Stop the ffmpeg child if it is still running and wait for it. Safe to call more than once, and from
         another thread than the one iterating (that iteration then ends quietly)."""
@@ -122,9 +130,8 @@ class FrameReader:
             children.stop(self._process, self._drain)
         self._process = None
 
-    def _frames(self) -> Iterator[Frame]:
-        width, height, span = self.info.width, self.info.height, self.span
-        frame_bytes = width * height * (1 if self.alpha else 3)
+    def _spawn(self) -> None:
+        span = self.span
         # A span that ends before the video does stops ffmpeg at its last frame. A resampled one is not cut at
         # its end time but by count, so the frames after the end keep the fps filter filling its last slots.
         args = cmd.decode_args(
@@ -136,9 +143,15 @@ class FrameReader:
             hwaccel=self.hwaccel,
             how=decoding(self.info, alpha=self.alpha, convert=self.convert),
         )  # fmt: skip
-        process, drain = children.start(args, subprocess.DEVNULL, subprocess.PIPE)
-        self._process, self._drain = process, drain
-        assert process.stdout is not None
+        self._process, self._drain = children.start(args, subprocess.DEVNULL, subprocess.PIPE)
+
+    def _frames(self) -> Iterator[Frame]:
+        width, height = self.info.width, self.info.height
+        frame_bytes = width * height * (1 if self.alpha else 3)
+        if self._process is None:
+            self._spawn()
+        process, drain = self._process, self._drain
+        assert process is not None and drain is not None and process.stdout is not None
         decoded = 0
         partial = False
         try:

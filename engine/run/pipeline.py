@@ -11,6 +11,7 @@ and queues).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -28,7 +29,15 @@ from engine.models.runtime import Runtime
 from engine.provenance import keys, seal, watermark
 from engine.run.chain import BatchLimit, batch_size, chain_alpha, process_batch, process_checked
 from engine.run.outputs import OutputClaim
-from engine.run.render import Faces, SegmentRenderer, VideoRender, annotated, face_stage, render_missing
+from engine.run.render import (
+    Faces,
+    SegmentRenderer,
+    VideoRender,
+    annotated,
+    face_stage,
+    render_missing,
+    span_reader,
+)
 from engine.run.report import RunReport
 from engine.run.segmented import video_job
 from engine.run.sidecar import VERSION, sidecar_path, sidecar_text, synthetic_metadata
@@ -73,7 +82,12 @@ def run(
     # inputs are hashed (the credentials' ingredients).
     sealing = seal.begin(job, chain, runtime, info, span, VERSION, signing)
     try:
-        with OutputClaim.claim(job.output, overwrite, sealing.seal) as claim:
+        with OutputClaim.claim(job.output, overwrite, sealing.seal) as claim, contextlib.ExitStack() as early:
+            decoding = None
+            if checked.picture is not None and not resume and renderer is None:
+                # A fresh job renders here from the span's first frame: ffmpeg starts decoding it (tens of ms to its
+                # first frame) while the source faces are analysed.
+                decoding = early.enter_context(span_reader(job, info, span, checked.picture).start())
             faces = face_stage(job, chain, runtime, info, span)
             batch = batch_size(chain, runtime, info.width, info.height)
             staged = claim.staging()
@@ -83,9 +97,8 @@ def run(
                     claim, staged, job, info, span,
                     lambda: _report(job, chain, info, size, started, 1, 0, batch, faces, None, sealing, checked.notes),
                 )  # fmt: skip
-            render = VideoRender(
-                job, chain, runtime, info, span, size, faces, batch, BatchLimit(batch), picture=checked.picture
-            )
+            render = VideoRender(job, chain, runtime, info, span, size, faces, batch, BatchLimit(batch),
+                                 picture=checked.picture, started=decoding)  # fmt: skip
             with video_job(render, resume) as video:
                 video.check_disk_space()
                 video.render_missing(renderer or render_missing, progress)

@@ -133,7 +133,8 @@ class VideoRender:
     halving lasts the whole run. `check` is identity QA (None: off); a run replaces the synchronous check with one
     that hands frames to its QA thread. `picture`: how segments are encoded (`media.plan_picture`, as validation
     decided it, the chain's transparency included; planned the same way here when not given, as on a cluster's
-    worker)."""
+    worker). `started`: the span's reader from its first frame, started already (`span_reader`), which `reader(0)`
+    hands out once."""
 
     job: Job
     chain: Sequence[FrameProcessor]
@@ -146,6 +147,7 @@ class VideoRender:
     limit: BatchLimit
     check: QualityCheck | None = None
     picture: OutputPicture | None = None
+    started: FrameReader | None = None
 
     def __post_init__(self) -> None:
         if self.check is None and self.faces is not None and self.faces.qa is not None:
@@ -178,8 +180,18 @@ class VideoRender:
     def reader(self, skip: int, alpha: bool = False) -> FrameReader:
         """The target's frames of the span from output frame `skip` on (`alpha`: their alpha planes)."""
         assert self.picture is not None
-        return FrameReader(self.job.target, self.info, self.span, skip=skip, alpha=alpha,
-                           convert=self.picture.convert)  # fmt: skip
+        if skip == 0 and not alpha and self.started is not None:
+            started, self.started = self.started, None
+            return started
+        return span_reader(self.job, self.info, self.span, self.picture, skip, alpha)
+
+
+def span_reader(
+    job: Job, info: MediaInfo, span: Span, picture: OutputPicture, skip: int = 0, alpha: bool = False
+) -> FrameReader:
+    """A reader of the target's frames of `span` from output frame `skip` on (`alpha`: their alpha planes), as
+    segments encoded per `picture` take them."""
+    return FrameReader(job.target, info, span, skip=skip, alpha=alpha, convert=picture.convert)
 
 
 # Renders the missing segments (the last argument) of a job into its folder, recording each as it is finished.
