@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import cli
+from engine import media
 from engine.tools.benchmark import RESULT_KEYS, STAGE_KEYS
 
 
@@ -38,6 +39,10 @@ def test_face_swap_chain_has_a_faces_stage(tmp_path: Path) -> None:
                      "--json", str(out)]) == 0  # fmt: skip
     result = json.loads(out.read_text())
     assert [s["name"] for s in result["stages"]] == ["decode", "faces", "face_swapper", "identity_qa", "encode"]
+    # Which ffmpeg ran: its children's start-up is most of a run's fixed cost.
+    ffmpeg = media.find_ffmpeg()
+    version = ".".join(map(str, media.ffmpeg_version(ffmpeg) or ())) or None
+    assert result["ffmpeg"] == {"executable": ffmpeg, "version": version, "ffprobe": media.find_ffprobe(ffmpeg)}
 
 
 def test_bad_resolution_is_a_usage_error(capsys) -> None:

@@ -9,7 +9,8 @@ benchmark measures:
 3. the pure-inference floor: face analysis, the processors' model calls and identity QA alone, same batches, as
    fps; and
    `overhead_ratio` = floor fps / end-to-end fps (1.0: the run costs exactly its model work);
-4. `tile_waste`: pixels the chain's models compute per frame pixel (1.0 = none computed twice);
+4. `tile_waste`: pixels the chain's models compute per frame pixel (1.0 = none computed twice), and `ffmpeg`: the
+   ffmpeg and ffprobe the run used (their start-up is most of a run's fixed cost);
 5. at `runtime.precision = int8` or `auto` (`--precision`), for every model the run ran as an int8 graph: that graph
    and its float32 graph on the same frames (a frame enhancer takes them whole, a face model their faces'
    crops), interleaved: the median time per call of each and the worst PSNR of the int8 output against the
@@ -63,6 +64,7 @@ RESULT_KEYS = (
     "setup_model_ms",
     "precision",
     "int8",
+    "ffmpeg",
 )
 STAGE_KEYS = ("name", "p50_ms", "p95_ms")
 INT8_KEYS = ("model", "per", "calls", "fp32_ms", "int8_ms", "ratio", "psnr_db", "gate_db")
@@ -189,6 +191,19 @@ def run(
         "setup_model_ms": round(setup * 1000, 3),
         "precision": job.runtime.precision,
         "int8": int8_rows,
+        "ffmpeg": ffmpeg_used(),
+    }
+
+
+def ffmpeg_used() -> dict[str, str | None]:
+    """The ffmpeg (and ffprobe) the run's children were: a run's fixed cost is mostly their start-up, which differs
+    several-fold between builds (Debian's, linked to ~215 libraries, against imageio-ffmpeg's static one)."""
+    ffmpeg = media.find_ffmpeg()
+    version = media.ffmpeg_version(ffmpeg)
+    return {
+        "executable": ffmpeg,
+        "version": ".".join(map(str, version)) if version else None,
+        "ffprobe": media.find_ffprobe(ffmpeg),
     }
 
 
@@ -314,7 +329,8 @@ def table(result: dict[str, Any]) -> str:
     """The result as a terminal table."""
     lines = [
         f"{' → '.join(result['processors'])} at {result['resolution']}, {result['frames']} frames, batch "
-        f"{result['batch']}, {result['backend']} ({result['provider']})",
+        f"{result['batch']}, {result['backend']} ({result['provider']}); ffmpeg {result['ffmpeg']['version'] or '?'}"
+        f"{' with ffprobe' if result['ffmpeg']['ffprobe'] else ' alone'}",
         f"{'stage':<18}{'p50 ms':>10}{'p95 ms':>10}",
     ]
     lines += [f"{s['name']:<18}{s['p50_ms']:>10.1f}{s['p95_ms']:>10.1f}" for s in result["stages"]]
