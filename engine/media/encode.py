@@ -50,8 +50,8 @@ class FrameWriter:
     exactly; Matroska to the millisecond). Frames are encoded into `.<stem>.partial<suffix>` in the output
     folder. Leaving the block without an exception (or calling `close`) finishes the encode, checks that the file
     holds exactly the frames written at their times (or leaves that to a later check: `checked_later`), and renames
-    it to `output`. An exception (or `abort`) kills
-    ffmpeg and deletes the temp file, so a failed job never leaves a file that looks finished.
+    it to `output`. An exception (or `abort`) kills ffmpeg and deletes the temp file, so a failed job never leaves a
+    file that looks finished.
 
     Odd sizes: yuv420p stores colour at half resolution, so it needs an even width and height. A frame
     with an odd dimension is padded by one column/row that repeats its last column/row (edge replication);

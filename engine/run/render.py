@@ -348,12 +348,12 @@ def render_missing(
     joins the segments right after this returns and checks the joined output's every frame and time (one ffprobe
     fewer per job). With AHEAD_CORES cores or more, the faces of the next frames are found on another thread while
     a batch is processed (a lock keeps the analyser's own calls one at a time), and identity QA measures finished
-    frames on a thread of its own. On fewer, both run on this thread — the faces
-    just before their batch, QA just after it: two cores are then shared by the processors and the encoder, and a
-    thread beside this one only adds contention for the interpreter lock, which dlib's landmark and embedding
-    calls hold for tens of milliseconds (this thread then waits inside its own short OpenCV calls). Measured on 2
-    cores (benchmarks/face_overhead.py, `launch.py benchmark`): faces ahead gave more CPU time per frame and fewer
-    frames per second; QA on its own thread 7.04–7.45 fps against 7.71–7.81 on this one."""
+    frames on a thread of its own. On fewer, both run on this thread — the faces just before their batch, QA just
+    after it: two cores are then shared by the processors and the encoder, and a thread beside this one only adds
+    contention for the interpreter lock, which dlib's landmark and embedding calls hold for tens of milliseconds
+    (this thread then waits inside its own short OpenCV calls). Measured on 2 cores (benchmarks/face_overhead.py,
+    `launch.py benchmark`): faces ahead gave more CPU time per frame and fewer frames per second; QA on its own
+    thread 7.04–7.45 fps against 7.71–7.81 on this one."""
     batch = render.batch
     decoded: queue.Queue[Any] = queue.Queue(maxsize=2 * batch)
     stop = threading.Event()
