@@ -29,9 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine import media  # noqa: E402
+from engine.job.settings import RuntimeSettings  # noqa: E402
 from engine.media import demo  # noqa: E402
 from engine.models import int8, quantize  # noqa: E402
-from engine.models.runtime import Folders  # noqa: E402
+from engine.models.runtime import Runtime  # noqa: E402
 
 MODEL = "realesr_animevideov3"
 
@@ -59,8 +60,11 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    folders = Folders.from_env()
-    if not int8.graph_path(folders.models, MODEL).is_file():
+    runtime = Runtime(RuntimeSettings())
+    folders = runtime.folders
+    # Quantised again unless a job would run the graph there is (one another installation recorded, say, it refuses).
+    found = runtime.check_int8(runtime.manifest.get(MODEL))
+    if found is None or found[0] != "ok":
         launch("models", "quantize", MODEL, "--offline")
     entry = int8.read_index(folders.models)[MODEL]
     print(f"int8 graph: {entry['scheme']['name']}, gate {entry['gate']['psnr_db']} dB on a CPU whose sums are "
